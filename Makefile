@@ -1,0 +1,29 @@
+# The two commands of the README. Both create .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# One intra-op thread: on 2-core machines torch's default of 2 stalled 10-100x whenever the other core was busy.
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: train test test-slow clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(BIN)/python -m rl_gpu train --output artifacts/make-train --overwrite --seeds 11 --device auto
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+clean:
+	rm -rf $(VENV) artifacts .pytest_cache

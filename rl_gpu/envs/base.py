@@ -1,0 +1,377 @@
+"""The tensor-environment contract: N independent environments stepped as one batch on one device.
+
+Shape legend: N = ``num_envs``, A = ``num_actions``, P = ``num_players``, O = ``obs_shape``.
+
+A subclass writes only its game or physics as pure tensor functions over a ``NamedTuple`` of ``[N, ...]``
+tensors (its *inner* state):
+
+- ``_sample_initial_state(num_envs, generator)`` draws fresh episode starts (this is the only randomness),
+- ``_transition(inner, action)`` returns ``(next_inner, reward, terminated)``,
+- ``_observe(inner)`` returns the observation of the player about to act,
+- ``_legal_actions(inner)`` (optional) and ``_current_player(inner)`` (turn-based games).
+
+The base class owns everything that must be identical across environments: same-step auto-reset with the
+pre-reset observation kept in ``final_obs``, the time limit (``truncated``), frozen finished rows when
+auto-reset is off, episode statistics kept on the device, action validation, and reading/injecting state.
+Nothing in :meth:`TensorEnv.step_state` synchronises with the host: no ``.item()``, no ``nonzero()``, no
+boolean-index writes; rows are reset with ``torch.where``.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Generic, NamedTuple, TypeVar
+
+import torch
+from torch import Tensor
+
+Inner = TypeVar("Inner", bound=tuple)
+
+
+class StepResult(NamedTuple):
+    """What one ``reset`` or ``step`` returns. Every field has leading dimension N.
+
+    The flags describe the transition just taken; ``obs``, ``action_mask`` and ``current_player`` describe
+    the state the next action is chosen in (after auto-reset).
+    """
+
+    obs: Tensor
+    """``[N, *O]`` float32: observation of the player to act next, after auto-reset."""
+    reward: Tensor
+    """``[N]`` float32 (``[N, P]`` for P > 1 players, one column per seat): reward of this transition.
+    Zero on reset and for frozen rows."""
+    terminated: Tensor
+    """``[N]`` bool: the transition reached a terminal state of the game (no bootstrap after it)."""
+    truncated: Tensor
+    """``[N]`` bool: the episode was cut by the time limit without terminating (bootstrap from
+    ``final_obs``). Never True together with ``terminated``."""
+    final_obs: Tensor
+    """``[N, *O]``: the observation reached by the transition, before any reset. Equals ``obs`` in rows
+    that did not finish."""
+    action_mask: Tensor
+    """``[N, A]`` bool: True = legal in ``obs``. At least one True per row."""
+    current_player: Tensor
+    """``[N]`` int64: the seat that acts next (always 0 for single-player environments)."""
+    episode_return: Tensor
+    """``[N]`` (``[N, P]``) float32: return of the episode that just ended; meaningful where done."""
+    episode_length: Tensor
+    """``[N]`` int64: length in steps of the episode that just ended; meaningful where done."""
+
+    @property
+    def done(self) -> Tensor:
+        """``[N]`` bool: ``terminated | truncated``."""
+        return self.terminated | self.truncated
+
+
+class EnvState(NamedTuple, Generic[Inner]):
+    """The full state of a batch: the subclass's inner state plus what the base class tracks."""
+
+    inner: Inner
+    """The subclass's ``NamedTuple`` of ``[N, ...]`` tensors."""
+    episode_step: Tensor
+    """``[N]`` int64: steps taken in the current episode."""
+    episode_return: Tensor
+    """``[N]`` (``[N, P]``) float32: reward summed over the current episode."""
+    done: Tensor
+    """``[N]`` bool: the row has finished and is frozen (only ever True when auto-reset is off)."""
+
+
+def tree_where(condition: Tensor, if_true: tuple, if_false: tuple) -> tuple:
+    """Select row-wise between two NamedTuples of ``[N, ...]`` tensors; ``condition`` is ``[N]`` bool."""
+    fields = []
+    for a, b in zip(if_true, if_false):
+        c = condition.view(condition.shape + (1,) * (a.dim() - 1))
+        fields.append(torch.where(c, a, b))
+    return type(if_true)(*fields) if hasattr(if_true, "_fields") else tuple(fields)
+
+
+class TensorEnv(abc.ABC, Generic[Inner]):
+    """A batch of ``num_envs`` independent environments whose state lives in tensors on ``device``.
+
+    Args:
+        num_envs: N, the number of environments (rows).
+        device: where every tensor of the batch lives.
+        seed: seeds the environment's own ``torch.Generator`` (reset randomness only).
+        autoreset: if True (default), a row that finishes is reset in the same ``step`` call and
+            ``final_obs`` keeps the observation it finished in. If False, finished rows stay frozen
+            (their actions are ignored, rewards are zero, flags stay False) until :meth:`reset_rows`.
+        validate_actions: check every action's range and legality in :meth:`step`. Each check reads a
+            value back to the host, so the trainer turns it off in its hot loop; shape, dtype and device
+            are always checked (free).
+    """
+
+    obs_shape: tuple[int, ...]
+    """Shape of one observation."""
+    num_actions: int = 0
+    """A, the number of discrete actions (0 for continuous-action environments)."""
+    action_shape: tuple[int, ...] = ()
+    """Shape of one action: ``()`` for discrete actions, ``(D,)`` for continuous ones."""
+    action_low: tuple[float, ...] = ()
+    """Continuous actions only: per-dimension lower bound (length D)."""
+    action_high: tuple[float, ...] = ()
+    """Continuous actions only: per-dimension upper bound (length D)."""
+    num_players: int = 1
+    """P: 1 for single-agent tasks; 2 for two-player turn-based games."""
+    max_episode_steps: int | None = None
+    """Time limit in steps (``truncated`` when reached), or None for none."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        *,
+        autoreset: bool = True,
+        validate_actions: bool = True,
+    ) -> None:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.autoreset = autoreset
+        self.validate_actions = validate_actions
+        self.generator = torch.Generator(device=self.device)
+        self.seed(seed)
+        self.state: EnvState[Inner] = self._fresh_state(self._sample_initial_state(num_envs, self.generator))
+
+    def seed(self, seed: int | None) -> None:
+        """Re-seed the reset randomness (None draws a seed from torch's global generator)."""
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        self.generator.manual_seed(int(seed))
+
+    @property
+    def is_continuous(self) -> bool:
+        """True when actions are ``[N, D]`` float vectors rather than ``[N]`` integer indices."""
+        return len(self.action_shape) > 0
+
+    @property
+    def reward_shape(self) -> tuple[int, ...]:
+        """``(N,)`` for one player, ``(N, P)`` for several."""
+        return (self.num_envs,) if self.num_players == 1 else (self.num_envs, self.num_players)
+
+    @abc.abstractmethod
+    def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> Inner:
+        """Draw ``num_envs`` fresh episode starts on ``self.device``."""
+
+    @abc.abstractmethod
+    def _transition(self, inner: Inner, action: Tensor) -> tuple[Inner, Tensor, Tensor]:
+        """Pure transition of every row: ``(next_inner, reward [N] or [N, P] float32, terminated [N] bool)``.
+
+        Called with legal actions only. It must not branch on tensor values on the host.
+        """
+
+    @abc.abstractmethod
+    def _observe(self, inner: Inner) -> Tensor:
+        """``[N, *O]`` float32 observation for the player to act in ``inner``."""
+
+    def _legal_actions(self, inner: Inner) -> Tensor:
+        """``[N, A]`` bool, True = legal. Default: every action is legal (``[N, 0]`` when continuous)."""
+        n = inner[0].shape[0]
+        return torch.ones(n, self.num_actions, dtype=torch.bool, device=self.device)
+
+    def _current_player(self, inner: Inner) -> Tensor:
+        """``[N]`` int64 seat to act. Default: 0 (single player)."""
+        n = inner[0].shape[0]
+        return torch.zeros(n, dtype=torch.long, device=self.device)
+
+    def _fresh_state(self, inner: Inner) -> EnvState[Inner]:
+        n = inner[0].shape[0]
+        return EnvState(
+            inner=inner,
+            episode_step=torch.zeros(n, dtype=torch.long, device=self.device),
+            episode_return=torch.zeros((n,) + self.reward_shape[1:], device=self.device),
+            done=torch.zeros(n, dtype=torch.bool, device=self.device),
+        )
+
+    def _timestep(self, state: EnvState[Inner]) -> StepResult:
+        """A zero-reward step describing ``state`` as it is (what :meth:`reset` returns)."""
+        obs = self._observe(state.inner)
+        n = obs.shape[0]
+        no = torch.zeros(n, dtype=torch.bool, device=self.device)
+        return StepResult(
+            obs=obs,
+            reward=torch.zeros((n,) + self.reward_shape[1:], device=self.device),
+            terminated=no,
+            truncated=no,
+            final_obs=obs,
+            action_mask=self._legal_actions(state.inner),
+            current_player=self._current_player(state.inner),
+            episode_return=state.episode_return,
+            episode_length=state.episode_step,
+        )
+
+    def step_state(
+        self, state: EnvState[Inner], action: Tensor, reset_inner: Inner
+    ) -> tuple[EnvState[Inner], StepResult]:
+        """The pure batched step: ``state`` and ``action`` in, next state and result out.
+
+        ``reset_inner`` holds a fresh start for every row (drawn by :meth:`_sample_initial_state` outside
+        this function, so that a compiled step contains no random-number generation); only rows that
+        finish take it. Finished rows of a non-auto-reset batch (``state.done``) do not move.
+        """
+        next_inner, reward, terminated = self._transition(state.inner, action)
+        active = ~state.done
+        next_inner = tree_where(active, next_inner, state.inner)
+        reward_active = active if reward.dim() == 1 else active.unsqueeze(-1)
+        reward = torch.where(reward_active, reward, torch.zeros_like(reward))
+        terminated = terminated & active
+        episode_step = state.episode_step + active.long()
+        if self.max_episode_steps is None:
+            truncated = torch.zeros_like(terminated)
+        else:
+            truncated = (episode_step >= self.max_episode_steps) & active & ~terminated
+        done = terminated | truncated
+        episode_return = state.episode_return + reward
+        final_obs = self._observe(next_inner)
+        if self.autoreset:
+            done_r = done if reward.dim() == 1 else done.unsqueeze(-1)
+            inner = tree_where(done, reset_inner, next_inner)
+            obs = self._observe(inner)
+            new_state = EnvState(
+                inner=inner,
+                episode_step=torch.where(done, torch.zeros_like(episode_step), episode_step),
+                episode_return=torch.where(done_r, torch.zeros_like(episode_return), episode_return),
+                done=state.done,
+            )
+        else:
+            inner, obs = next_inner, final_obs
+            new_state = EnvState(inner, episode_step, episode_return, state.done | done)
+        result = StepResult(
+            obs=obs,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            final_obs=final_obs,
+            action_mask=self._legal_actions(inner),
+            current_player=self._current_player(inner),
+            episode_return=episode_return,
+            episode_length=episode_step,
+        )
+        return new_state, result
+
+    def check_action(self, action: Tensor) -> None:
+        """Raise ``ValueError`` if ``action`` has the wrong shape, dtype or device, or (with
+        ``validate_actions``) a value out of range or illegal in its row.
+
+        Continuous actions must be ``[N, D]`` floating point; out-of-bounds values are allowed (the
+        environment clips them, as Gymnasium's do) but NaN/inf are refused when validating.
+        """
+        if not isinstance(action, Tensor):
+            raise TypeError(f"action must be a torch.Tensor, got {type(action).__name__}")
+        if self.is_continuous:
+            expected = (self.num_envs, *self.action_shape)
+            if tuple(action.shape) != expected:
+                raise ValueError(f"action must have shape {expected}, got {tuple(action.shape)}")
+            if not action.is_floating_point():
+                raise ValueError(f"continuous action must be a float tensor, got {action.dtype}")
+            if action.device != self.device:
+                raise ValueError(f"action is on {action.device}, the environments are on {self.device}")
+            if self.validate_actions and not bool(torch.isfinite(action).all()):
+                raise ValueError("action contains NaN or inf")
+            return
+        if action.shape != (self.num_envs,):
+            raise ValueError(f"action must have shape ({self.num_envs},), got {tuple(action.shape)}")
+        if action.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+            raise ValueError(f"action must be an integer tensor (int64 preferred), got {action.dtype}")
+        if action.device != self.device:
+            raise ValueError(f"action is on {action.device}, the environments are on {self.device}")
+        if self.validate_actions:
+            bad_range = (action < 0) | (action >= self.num_actions)
+            if bool(bad_range.any()):
+                row = int(bad_range.long().argmax())
+                raise ValueError(
+                    f"action out of range in env {row}: {int(action[row])} (allowed 0..{self.num_actions - 1})"
+                )
+            legal = self._legal_actions(self.state.inner).gather(1, action.long().unsqueeze(1)).squeeze(1)
+            illegal = ~legal & ~self.state.done
+            if bool(illegal.any()):
+                row = int(illegal.long().argmax())
+                allowed = self._legal_actions(self.state.inner)[row].nonzero().flatten().tolist()
+                raise ValueError(f"illegal action {int(action[row])} in env {row}; legal there: {allowed}")
+
+    def reset(self, seed: int | None = None) -> StepResult:
+        """Start a new episode in every row (re-seeding first if ``seed`` is given)."""
+        if seed is not None:
+            self.seed(seed)
+        self.state = self._fresh_state(self._sample_initial_state(self.num_envs, self.generator))
+        return self._timestep(self.state)
+
+    def reset_rows(self, rows: Tensor) -> StepResult:
+        """Start a new episode in the rows where ``rows`` (``[N]`` bool) is True; others are untouched."""
+        rows = rows.to(self.device)
+        fresh = self._fresh_state(self._sample_initial_state(self.num_envs, self.generator))
+        self.state = EnvState(
+            tree_where(rows, fresh.inner, self.state.inner),
+            *tree_where(rows, fresh[1:], self.state[1:]),
+        )
+        return self._timestep(self.state)
+
+    def step(self, action: Tensor) -> StepResult:
+        """Advance every row by one action (``[N]`` integer tensor on ``device``)."""
+        self.check_action(action)
+        reset_inner = self._sample_initial_state(self.num_envs, self.generator)
+        action = action.float() if self.is_continuous else action.long()
+        self.state, result = self.step_state(self.state, action, reset_inner)
+        return result
+
+    def observe(self) -> StepResult:
+        """The current state as a zero-reward :class:`StepResult` (no transition)."""
+        return self._timestep(self.state)
+
+    def get_state(self) -> EnvState[Inner]:
+        """A copy of the full state (inner state, episode counters, frozen flags)."""
+        return EnvState(
+            type(self.state.inner)(*(t.clone() for t in self.state.inner)),
+            self.state.episode_step.clone(),
+            self.state.episode_return.clone(),
+            self.state.done.clone(),
+        )
+
+    def set_state(self, state: EnvState[Inner]) -> None:
+        """Replace the full state (every tensor must have leading dimension N and live on ``device``)."""
+        self._check_state(state, self.num_envs)
+        self.state = state
+
+    def set_rows(self, rows: Tensor, inner: Inner) -> None:
+        """Inject ``inner`` (a state of ``len(rows)`` environments) into the given row indices.
+
+        Episode counters of those rows restart at zero. A debugging/test API: it indexes, so it is not
+        meant for a hot loop.
+        """
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.device).flatten()
+        self._check_inner(inner, rows.numel())
+        fields = []
+        for current, new in zip(self.state.inner, inner):
+            updated = current.clone()
+            updated[rows] = new.to(device=self.device, dtype=current.dtype)
+            fields.append(updated)
+        episode_step = self.state.episode_step.clone()
+        episode_step[rows] = 0
+        episode_return = self.state.episode_return.clone()
+        episode_return[rows] = 0
+        done = self.state.done.clone()
+        done[rows] = False
+        self.state = EnvState(type(self.state.inner)(*fields), episode_step, episode_return, done)
+
+    def _check_inner(self, inner: tuple, n: int) -> None:
+        template = self.state.inner
+        if type(inner) is not type(template):
+            raise TypeError(f"expected a {type(template).__name__}, got {type(inner).__name__}")
+        for name, t, ref in zip(template._fields, inner, template):
+            if not isinstance(t, Tensor) or tuple(t.shape) != (n,) + tuple(ref.shape[1:]):
+                got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(f"state field {name!r}: expected shape {(n,) + tuple(ref.shape[1:])}, got {got}")
+
+    def _check_state(self, state: EnvState, n: int) -> None:
+        if not isinstance(state, EnvState):
+            raise TypeError(f"expected an EnvState, got {type(state).__name__}")
+        self._check_inner(state.inner, n)
+        for t in (*state.inner, state.episode_step, state.episode_return, state.done):
+            if t.device != self.device:
+                raise ValueError(f"state tensor on {t.device}, the environments are on {self.device}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_envs={self.num_envs}, device={str(self.device)!r})"
