@@ -1,0 +1,80 @@
+"""Action distributions as pure tensor functions: masked categorical and squashed-free diagonal Gaussian.
+
+Shape legend: N = batch rows, A = discrete actions, D = continuous action dimensions.
+Argument validation of ``torch.distributions`` is avoided on purpose: it synchronises with the host.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def mask_logits(logits: Tensor, action_mask: Tensor | None) -> Tensor:
+    """``[N, A]`` logits with illegal entries set to the dtype's lowest finite value.
+
+    The lowest finite value rather than ``-inf`` keeps ``p * log p`` finite (it is exactly 0 for masked
+    entries after ``softmax``), so entropies and gradients never become NaN.
+    """
+    if action_mask is None:
+        return logits
+    return logits.masked_fill(~action_mask, torch.finfo(logits.dtype).min)
+
+
+def categorical_sample(
+    logits: Tensor, action_mask: Tensor | None, generator: torch.Generator | None = None
+) -> Tensor:
+    """``[N]`` int64 actions drawn from softmax(masked logits) by the Gumbel-max trick.
+
+    Illegal actions have probability exactly zero: their logit is the lowest finite float, which no finite
+    Gumbel noise can lift above a legal logit.
+    """
+    logits = mask_logits(logits, action_mask)
+    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
+    u = u.clamp_(min=torch.finfo(logits.dtype).tiny, max=1.0 - torch.finfo(logits.dtype).eps)
+    gumbel = -torch.log(-torch.log(u))
+    scores = torch.where(action_mask, logits + gumbel, logits) if action_mask is not None else logits + gumbel
+    return scores.argmax(dim=-1)
+
+
+def categorical_log_prob(logits: Tensor, action_mask: Tensor | None, action: Tensor) -> Tensor:
+    """``[N]`` log-probability of ``action`` under softmax(masked logits)."""
+    log_p = torch.log_softmax(mask_logits(logits, action_mask), dim=-1)
+    return log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+
+
+def categorical_entropy(logits: Tensor, action_mask: Tensor | None) -> Tensor:
+    """``[N]`` entropy over the legal actions only: ``-sum_{a legal} p_a log p_a``."""
+    log_p = torch.log_softmax(mask_logits(logits, action_mask), dim=-1)
+    p_log_p = log_p.exp() * log_p
+    if action_mask is not None:
+        p_log_p = torch.where(action_mask, p_log_p, torch.zeros_like(p_log_p))
+    return -p_log_p.sum(-1)
+
+
+def categorical_mode(logits: Tensor, action_mask: Tensor | None) -> Tensor:
+    """``[N]`` most probable legal action."""
+    return mask_logits(logits, action_mask).argmax(dim=-1)
+
+
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def gaussian_sample(mean: Tensor, log_std: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """``[N, D]`` sample of N(mean, exp(log_std)^2); ``log_std`` broadcasts to ``mean``."""
+    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    return mean + log_std.exp() * noise
+
+
+def gaussian_log_prob(mean: Tensor, log_std: Tensor, action: Tensor) -> Tensor:
+    """``[N]`` log-density of ``action`` summed over the D independent dimensions."""
+    z = (action - mean) * torch.exp(-log_std)
+    return (-0.5 * z.square() - log_std - _LOG_SQRT_2PI).sum(-1)
+
+
+def gaussian_entropy(log_std: Tensor, batch_shape: torch.Size) -> Tensor:
+    """``batch_shape`` entropy of a diagonal Gaussian: ``sum_d (log_std_d + 0.5 log(2 pi e))``."""
+    per_dim = log_std + 0.5 + _LOG_SQRT_2PI
+    return per_dim.sum(-1).expand(batch_shape)

@@ -1,0 +1,109 @@
+"""``rl-gpu evaluate`` / ``python -m rl_gpu.evaluate``: a checkpoint's results on fresh, training-disjoint seeds."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+import torch
+
+from rl_gpu.cli import fail, parse
+
+PROG = "rl-gpu evaluate"
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """Evaluate a checkpoint against the environment's opponent (turn-based games) or for return."""
+
+    checkpoint: Path
+    """checkpoint file written by `rl-gpu train` (best.pt or last.pt)"""
+    episodes: int = 24576
+    """episodes to play"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto: CUDA when available, else CPU"""
+    seed: int = 0
+    """evaluation stream; combined with the run's seed into seeds disjoint from training and validation"""
+    num_envs: int = 4096
+    """environments played at once"""
+    deterministic: bool = False
+    """play the most probable action instead of sampling"""
+    json_output: Path | None = None
+    """also write the results to this JSON file"""
+    threads: int = 1
+    """torch intra-op CPU threads"""
+
+    def __post_init__(self) -> None:
+        for name in ("episodes", "num_envs", "threads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.seed < 0:
+            raise ValueError(f"--seed must be non-negative, got {self.seed}")
+
+
+def load_policy(path: Path, device: torch.device):
+    """Rebuild the policy stored in a checkpoint; returns ``(policy, payload)``."""
+    from rl_gpu.checkpoint import CheckpointError, load_checkpoint
+    from rl_gpu.policy import build_policy
+
+    payload = load_checkpoint(path, device)
+    try:
+        policy = build_policy(payload["policy_config"]).to(device)
+        policy.load_state_dict(payload["algorithm"]["policy"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CheckpointError(f"{path}: checkpoint does not hold a usable policy ({first[:160]})") from None
+    return policy.eval(), payload
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rl_gpu.checkpoint import CheckpointError
+    from rl_gpu.envs.registry import make, registered_ids
+    from rl_gpu.evaluation import derive_seed, evaluate_policy
+    from rl_gpu.policy import UniformRandomPolicy
+    from rl_gpu.trainer import UsageError, resolve_device
+
+    config = parse(EvaluateConfig, PROG, argv, description=EvaluateConfig.__doc__)
+    torch.set_num_threads(config.threads)
+    try:
+        device = resolve_device(config.device)
+        policy, payload = load_policy(config.checkpoint, device)
+        env_id = payload.get("env_id")
+        if env_id not in registered_ids():
+            raise CheckpointError(f"{config.checkpoint}: made for unknown environment {env_id!r}")
+
+        def make_env(n: int, seed: int):
+            return make(env_id, num_envs=n, device=device, seed=seed, validate_actions=False)
+
+        probe = make_env(1, 0)
+        if policy.obs_dim != probe.obs_shape[0]:
+            raise CheckpointError(f"{config.checkpoint}: policy observes {policy.obs_dim} values, "
+                                  f"{env_id} gives {probe.obs_shape[0]}")
+    except (UsageError, CheckpointError) as e:
+        fail(PROG, str(e))
+    seed = derive_seed(int(payload.get("seed", 0)), f"evaluate-{config.seed}")
+    multi = probe.num_players > 1
+    print(f"{env_id}: checkpoint {config.checkpoint} (update {payload.get('update')}, "
+          f"{payload.get('global_step'):,} training steps) on {device}, {config.episodes} episodes")
+    result = evaluate_policy(policy, make_env, config.episodes, seed, num_envs=config.num_envs,
+                             deterministic=config.deterministic)
+    print("policy:  " + result.describe(multi).replace("\n", "\n         "))
+    report = {"checkpoint": str(config.checkpoint), "env": env_id, "policy": result.to_dict()}
+    if not probe.is_continuous:
+        random_result = evaluate_policy(UniformRandomPolicy(), make_env, config.episodes, seed,
+                                        num_envs=config.num_envs)
+        print("random:  " + random_result.describe(multi).replace("\n", "\n         "))
+        report["random"] = random_result.to_dict()
+    if config.json_output is not None:
+        from rl_gpu.checkpoint import atomic_write_json
+
+        atomic_write_json(config.json_output, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

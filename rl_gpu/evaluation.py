@@ -1,0 +1,155 @@
+"""Evaluating a policy on fresh environments: win rates with confidence intervals, per seat, and returns."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from rl_gpu.envs.base import TensorEnv
+from rl_gpu.rollout import Actor, collect, episode_horizon
+
+
+def derive_seed(seed: int, purpose: str) -> int:
+    """A 62-bit seed for one named random stream of a run.
+
+    Training environments, validation, final evaluation and the ``evaluate`` command each get their own
+    stream, so their games are disjoint in distribution: no evaluation reuses a training seed.
+    """
+    digest = hashlib.blake2b(f"{int(seed)}/{purpose}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2
+
+
+def wilson_interval(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (95% by default); ``(0, 1)`` with no trials."""
+    if trials <= 0:
+        return 0.0, 1.0
+    p = successes / trials
+    denom = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def improvement_z(p_new: float, n_new: int, p_old: float, n_old: int) -> float:
+    """z statistic of ``p_new - p_old`` for two independent proportions (unpooled standard error)."""
+    se = math.sqrt(p_new * (1 - p_new) / max(n_new, 1) + p_old * (1 - p_old) / max(n_old, 1))
+    if se == 0:
+        return math.inf if p_new > p_old else (0.0 if p_new == p_old else -math.inf)
+    return (p_new - p_old) / se
+
+
+@dataclass
+class SeatResult:
+    """Outcome counts of the games the learner played from one seat."""
+
+    seat: int
+    games: int
+    wins: int
+    win_rate: float
+    ci_low: float
+    ci_high: float
+
+
+@dataclass
+class EvalResult:
+    """What :func:`evaluate_policy` measured. Win rates count episodes with a positive learner return."""
+
+    episodes: int
+    wins: int
+    win_rate: float
+    ci_low: float
+    ci_high: float
+    mean_return: float
+    return_ci: float
+    """half-width of the 95% normal-approximation interval of ``mean_return``"""
+    mean_length: float
+    seats: list[SeatResult]
+    seed: int
+    deterministic: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self, multi_player: bool) -> str:
+        """A few human-readable lines."""
+        if not multi_player:
+            return (
+                f"mean return {self.mean_return:.2f} ± {self.return_ci:.2f} (95% CI) over {self.episodes} episodes, "
+                f"mean length {self.mean_length:.1f}"
+            )
+        lines = [
+            f"win rate {self.win_rate:.4f} [{self.ci_low:.4f}, {self.ci_high:.4f}] (95% Wilson CI), "
+            f"{self.wins}/{self.episodes} games"
+        ]
+        for s in self.seats:
+            lines.append(
+                f"  seat {s.seat} ({'first' if s.seat == 0 else 'second'} to act): {s.win_rate:.4f} "
+                f"[{s.ci_low:.4f}, {s.ci_high:.4f}], {s.wins}/{s.games} games"
+            )
+        return "\n".join(lines)
+
+
+@torch.no_grad()
+def evaluate_policy(
+    policy: Actor,
+    make_env: Callable[[int, int], TensorEnv],
+    episodes: int,
+    seed: int,
+    *,
+    num_envs: int = 4096,
+    opponent: Actor | None = None,
+    deterministic: bool = False,
+) -> EvalResult:
+    """Play ``episodes`` complete episodes of fresh environments and summarise the learner's results.
+
+    Args:
+        policy: the learner.
+        make_env: ``make_env(num_envs, seed)`` builds a fresh batch (its own reset stream).
+        episodes: how many episodes to play (rounded up to whole batches is *not* done: exactly this many).
+        seed: seeds the environments, the seat draw and the policies' sampling.
+        num_envs: the largest batch to use at once.
+        opponent: the other seat's player in multi-player games (default uniform random).
+        deterministic: the learner plays its most probable action.
+    """
+    if episodes <= 0:
+        raise ValueError(f"episodes must be positive, got {episodes}")
+    remaining, round_index = episodes, 0
+    returns, lengths, seats = [], [], []
+    while remaining > 0:
+        n = min(num_envs, remaining)
+        env = make_env(n, derive_seed(seed, f"env-{round_index}"))
+        device = env.device
+        policy_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, f"policy-{round_index}"))
+        opponent_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, f"opponent-{round_index}"))
+        rollout = collect(
+            policy, env, episode_horizon(env), policy_rng, episodic=True,
+            opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic,
+        )
+        ended = rollout.done
+        # Episodic collection ends each row's episode at most once; rows that never ended count as draws.
+        returns.append((rollout.episode_return * ended).sum(0))
+        lengths.append((rollout.episode_length * ended).sum(0))
+        seats.append(rollout.learner_seat)
+        remaining -= n
+        round_index += 1
+    ret = torch.cat(returns).double().cpu()
+    length = torch.cat(lengths).double().cpu()
+    seat = torch.cat(seats).cpu()
+    wins = int((ret > 0).sum())
+    lo, hi = wilson_interval(wins, episodes)
+    std = float(ret.std()) if episodes > 1 else 0.0
+    seat_results = []
+    for s in sorted(set(seat.tolist())):
+        in_seat = seat == s
+        games, seat_wins = int(in_seat.sum()), int(((ret > 0) & in_seat).sum())
+        s_lo, s_hi = wilson_interval(seat_wins, games)
+        seat_results.append(SeatResult(s, games, seat_wins, seat_wins / games, s_lo, s_hi))
+    return EvalResult(
+        episodes=episodes, wins=wins, win_rate=wins / episodes, ci_low=lo, ci_high=hi,
+        mean_return=float(ret.mean()), return_ci=1.959964 * std / math.sqrt(episodes),
+        mean_length=float(length.mean()), seats=seat_results, seed=seed, deterministic=deterministic,
+    )

@@ -1,0 +1,165 @@
+"""The command-line tools as a user runs them: train, evaluate, the quickstart, and bad input."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+TINY = ["--num-envs", "256", "--min-updates", "2", "--eval-every", "2", "--max-updates", "4",
+        "--eval-episodes", "512", "--final-eval-episodes", "512", "--device", "cpu", "--log-every", "1"]
+
+
+def run(*args, cwd=ROOT, timeout=300):
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=ENV, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "run"
+    # z = 0 makes any non-worse validation pass, so the tiny run finishes quickly and succeeds.
+    proc = run("-m", "rl_gpu.train", "--output", str(out), "--seeds", "3", *TINY,
+               "--success-z", "-100", "--consecutive-passes", "1")
+    return out, proc
+
+
+def test_train_writes_run_files_and_succeeds(trained):
+    out, proc = trained
+    assert proc.returncode == 0, proc.stderr
+    run_dir = out / "seed-3"
+    for name in ("config.json", "metrics.jsonl", "summary.json", "best.pt", "last.pt"):
+        assert (run_dir / name).is_file(), name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["success"] is True
+    assert set(summary["final_evaluation"]) == {"best", "initial", "random"}
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in lines] == list(range(1, len(lines) + 1))
+    assert all(r["global_step"] > 0 and "loss" in r for r in lines)
+    assert json.loads((run_dir / "config.json").read_text())["num_envs"] == 256
+    assert "steps/s" in proc.stdout and "final evaluation" in proc.stdout
+
+
+def test_train_refuses_existing_run_dir_and_keeps_files(trained):
+    out, _ = trained
+    before = {p.name: p.read_bytes() for p in (out / "seed-3").iterdir()}
+    proc = run("-m", "rl_gpu.train", "--output", str(out), "--seeds", "3", *TINY)
+    assert proc.returncode == 2
+    assert "already exists" in proc.stderr and "Traceback" not in proc.stderr
+    assert {p.name: p.read_bytes() for p in (out / "seed-3").iterdir()} == before
+
+
+def test_train_fails_with_exit_1_when_goal_not_met(tmp_path):
+    proc = run("-m", "rl_gpu", "train", "--output", str(tmp_path / "r"), *TINY, "--success-z", "1000")
+    assert proc.returncode == 1
+    assert "did not reach its goal" in proc.stderr and "goal not met" in proc.stderr
+    assert (tmp_path / "r" / "seed-11" / "summary.json").is_file()
+
+
+def test_evaluate_reports_per_seat_and_interval(trained):
+    out, _ = trained
+    report = out.parent / "eval.json"
+    proc = run("-m", "rl_gpu.evaluate", "--checkpoint", str(out / "seed-3" / "best.pt"), "--device", "cpu",
+               "--episodes", "1000", "--json-output", str(report))
+    assert proc.returncode == 0, proc.stderr
+    assert "seat 0" in proc.stdout and "seat 1" in proc.stdout and "95% Wilson CI" in proc.stdout
+    data = json.loads(report.read_text())
+    assert data["policy"]["episodes"] == 1000
+    assert sum(s["games"] for s in data["policy"]["seats"]) == 1000
+
+
+def test_evaluate_seeds_are_disjoint_from_training_and_repeatable(trained):
+    out, _ = trained
+    args = ("-m", "rl_gpu", "evaluate", "--checkpoint", str(out / "seed-3" / "best.pt"), "--device", "cpu",
+            "--episodes", "300")
+    a, b, c = run(*args), run(*args), run(*args, "--seed", "1")
+    assert a.returncode == b.returncode == c.returncode == 0
+    assert a.stdout == b.stdout
+    assert a.stdout != c.stdout
+
+
+def test_quickstart_runs_unchanged():
+    proc = run("quickstart.py")
+    assert proc.returncode == 0, proc.stderr
+    assert "learner decisions:" in proc.stdout and "loss:" in proc.stdout
+
+
+def _one_line_error(proc):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [x for x in proc.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "error:" in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--bogus-flag", "1"], "bogus"),
+        (["--num-envs", "0"], "num-envs"),
+        (["--num-envs", "-5"], "num-envs"),
+        (["--num-envs", "many"], "num-envs"),
+        (["--max-updates", "0"], "max-updates"),
+        (["--min-updates", "10", "--max-updates", "5"], "min-updates"),
+        (["--env", "NoSuchEnv-v9"], "known"),
+        (["--seeds"], "seeds"),
+        (["--gamma", "1.5"], "gamma=1.5"),
+        (["--num-envs", "10", "--num-minibatches", "3"], "divisible"),
+        (["--device", "tpu"], "device"),
+    ],
+)
+def test_train_bad_input_one_line_exit_2(tmp_path, args, needle):
+    proc = run("-m", "rl_gpu.train", "--output", str(tmp_path / "x"), *args)
+    assert needle in _one_line_error(proc)
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error for a machine without CUDA")
+def test_cuda_without_gpu_is_a_clear_error(tmp_path):
+    proc = run("-m", "rl_gpu.train", "--output", str(tmp_path / "x"), "--device", "cuda")
+    assert "CUDA" in _one_line_error(proc)
+    assert not (tmp_path / "x").exists()
+
+
+def test_evaluate_bad_checkpoints(tmp_path, trained):
+    out, _ = trained
+    good = (out / "seed-3" / "best.pt").read_bytes()
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good[: len(good) // 2])
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(os.urandom(4096))
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, foreign)
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    crafted = tmp_path / "crafted.pt"
+    crafted.write_bytes(pickle.dumps(Exploit()))
+    for path, needle in [(tmp_path / "missing.pt", "no such"), (truncated, "truncated"), (garbage, "not"),
+                         (foreign, "not an rl_gpu checkpoint"), (crafted, "")]:
+        proc = run("-m", "rl_gpu.evaluate", "--checkpoint", str(path), "--device", "cpu", "--episodes", "10")
+        line = _one_line_error(proc)
+        assert str(path) in line and needle in line
+    assert not marker.exists(), "the crafted checkpoint executed code"
+
+
+def test_evaluate_bad_flags():
+    _one_line_error(run("-m", "rl_gpu.evaluate"))
+    _one_line_error(run("-m", "rl_gpu.evaluate", "--checkpoint", "x.pt", "--episodes", "0"))
+
+
+def test_top_level_help_and_unknown_command():
+    ok = run("-m", "rl_gpu", "--help")
+    assert ok.returncode == 0 and "train" in ok.stdout and "evaluate" in ok.stdout
+    bad = run("-m", "rl_gpu", "fly")
+    assert bad.returncode == 2 and "unknown command" in bad.stderr
