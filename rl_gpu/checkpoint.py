@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -69,10 +70,18 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not path.is_file():
         raise CheckpointError(f"{path}: not a file")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():
+            # A crafted or foreign pickle makes torch warn about its protocol before refusing it; the refusal
+            # below is the one message the user needs.
+            warnings.simplefilter("ignore")
+            payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path}: refused, the file holds objects that are not plain data ({first[:160]})")
+        detail = str(e).split("WeightsUnpickler error:", 1)[-1].strip().splitlines()
+        detail_line = detail[0][:160] if detail and "WeightsUnpickler" in str(e) else "unpickling refused"
+        raise CheckpointError(
+            f"{path}: refused, the file holds something other than tensors and plain values ({detail_line}); "
+            "it was not executed"
+        ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt: {first[:160]})")

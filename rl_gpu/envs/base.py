@@ -341,7 +341,10 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         Episode counters of those rows restart at zero. A debugging/test API: it indexes, so it is not
         meant for a hot loop.
         """
-        rows = torch.as_tensor(rows, dtype=torch.long, device=self.device).flatten()
+        rows = torch.as_tensor(rows, device=self.device)
+        if rows.dtype == torch.bool:
+            raise TypeError("set_rows takes row indices, not a bool mask (reset_rows takes a mask)")
+        rows = rows.long().flatten()
         self._check_inner(inner, rows.numel())
         fields = []
         for current, new in zip(self.state.inner, inner):
