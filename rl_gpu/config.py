@@ -33,6 +33,10 @@ class TrainConfig:
     """decay the learning rate linearly to 0 over --max-updates"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """hidden layer widths of the actor and of the critic"""
+    normalize_obs: bool = False
+    """normalise observations by running mean and variance (statistics saved with the policy)"""
+    init_log_std: float = 0.0
+    """continuous actions: initial log standard deviation of the Gaussian policy"""
     min_updates: int = 150
     """no success is declared before this many updates"""
     max_updates: int = 1000

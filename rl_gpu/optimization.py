@@ -38,6 +38,8 @@ class PPOConfig:
     """value loss coefficient"""
     max_grad_norm: float = 0.5
     """global gradient-norm clip"""
+    reward_scale: float = 1.0
+    """multiply rewards by this before computing advantages (returns in the logs stay unscaled)"""
     target_kl: float | None = None
     """stop the update's remaining epochs once the approximate KL exceeds this (checked once per epoch)"""
 
@@ -51,6 +53,7 @@ class PPOConfig:
             "ent_coef": self.ent_coef >= 0,
             "vf_coef": self.vf_coef >= 0,
             "max_grad_norm": self.max_grad_norm > 0,
+            "reward_scale": self.reward_scale > 0,
             "target_kl": self.target_kl is None or self.target_kl > 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
@@ -147,7 +150,7 @@ def update_policy(
     """
     config = config if config is not None else PPOConfig()
     advantage, returns = compute_gae(
-        batch.reward, batch.value, batch.terminated, batch.truncated, batch.final_value,
+        batch.reward * config.reward_scale, batch.value, batch.terminated, batch.truncated, batch.final_value,
         batch.bootstrap_value, config.gamma, config.gae_lambda, batch.weight,
     )
     flat = {
@@ -216,8 +219,10 @@ class PPO:
             group["lr"] = lr
 
     def update(self, rollout: Rollout) -> UpdateMetrics:
-        """One PPO update on ``rollout``."""
-        return update_policy(self.policy, self.optimizer, rollout, self.config, self.shuffle_rng)
+        """One PPO update on ``rollout``, then the rollout's observations join the normaliser statistics."""
+        metrics = update_policy(self.policy, self.optimizer, rollout, self.config, self.shuffle_rng)
+        self.policy.update_normalizer(rollout.obs, rollout.live.float())
+        return metrics
 
     def state_dict(self) -> dict:
         return {

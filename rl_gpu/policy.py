@@ -48,7 +48,70 @@ def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, out_gain: floa
     return nn.Sequential(*layers)
 
 
-class ActorCritic(nn.Module):
+class RunningMeanStd(nn.Module):
+    """Running mean and variance of observations (Chan et al.'s parallel merge), kept as buffers so they travel
+    with ``state_dict`` and checkpoints."""
+
+    def __init__(self, size: int, clip: float = 10.0, epsilon: float = 1e-8) -> None:
+        super().__init__()
+        self.clip = clip
+        self.epsilon = epsilon
+        self.register_buffer("mean", torch.zeros(size, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(size, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: Tensor, weight: Tensor | None = None) -> None:
+        """Merge the statistics of ``x`` (``[..., size]``) into the running ones; rows where ``weight``
+        (``[...]``) is 0 are left out. Pure tensor maths: no host synchronisation."""
+        x = x.reshape(-1, self.mean.shape[0]).double()
+        w = torch.ones_like(x[:, 0]) if weight is None else weight.reshape(-1).double()
+        n = w.sum()
+        batch_mean = (w[:, None] * x).sum(0) / n.clamp(min=1)
+        batch_var = (w[:, None] * (x - batch_mean).square()).sum(0) / n.clamp(min=1)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        self.mean += delta * (n / total)
+        self.var.copy_((self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total)
+        self.count.copy_(total)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``(x - mean) / sqrt(var + eps)``, clipped to ``[-clip, clip]``; identity before the first update."""
+        scale = torch.rsqrt(self.var + self.epsilon).to(x.dtype)
+        normalized = ((x - self.mean.to(x.dtype)) * scale).clamp(-self.clip, self.clip)
+        return torch.where(self.count > 0, normalized, x)
+
+
+class _ActorCriticBase(nn.Module):
+    """What both heads share: optional observation normalisation and the critic."""
+
+    def _init_base(self, obs_dim: int, hidden_sizes: Sequence[int], normalize_obs: bool) -> None:
+        self.obs_dim = obs_dim
+        self.hidden_sizes = tuple(hidden_sizes)
+        self.normalize_obs = normalize_obs
+        self.obs_rms = RunningMeanStd(obs_dim) if normalize_obs else None
+        self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0)
+
+    def preprocess(self, obs: Tensor) -> Tensor:
+        """The network input: ``obs`` normalised by the running statistics, when enabled."""
+        return self.obs_rms(obs) if self.obs_rms is not None else obs
+
+    def update_normalizer(self, obs: Tensor, weight: Tensor | None = None) -> None:
+        """Merge a rollout's observations (``[..., O]``, rows weighted by ``weight``) into the running
+        statistics (no-op when disabled).
+
+        Called after the update that used the rollout, so each rollout is collected and learned from under
+        one fixed normalisation (the PPO ratio starts at exactly 1).
+        """
+        if self.obs_rms is not None:
+            self.obs_rms.update(obs, weight)
+
+    def value(self, obs: Tensor) -> Tensor:
+        """``[N]`` critic estimate for ``[N, O]`` observations."""
+        return self.critic(self.preprocess(obs)).squeeze(-1)
+
+
+class ActorCritic(_ActorCriticBase):
     """Separate actor and critic MLPs; the actor's categorical head never puts mass on illegal actions.
 
     The defaults fit the roulette game (6 observation values, 3 actions).
@@ -61,26 +124,27 @@ class ActorCritic(nn.Module):
 
     is_continuous = False
 
-    def __init__(self, obs_dim: int = 6, num_actions: int = 3, hidden_sizes: Sequence[int] = (64, 64)) -> None:
+    def __init__(
+        self,
+        obs_dim: int = 6,
+        num_actions: int = 3,
+        hidden_sizes: Sequence[int] = (64, 64),
+        normalize_obs: bool = False,
+    ) -> None:
         super().__init__()
         if obs_dim <= 0 or num_actions <= 0 or any(h <= 0 for h in hidden_sizes):
             raise ValueError(
                 f"obs_dim, num_actions and hidden sizes must be positive, got {obs_dim}, {num_actions}, "
                 f"{tuple(hidden_sizes)}"
             )
-        self.obs_dim = obs_dim
+        self._init_base(obs_dim, hidden_sizes, normalize_obs)
         self.num_actions = num_actions
-        self.hidden_sizes = tuple(hidden_sizes)
         self.actor = mlp(obs_dim, hidden_sizes, num_actions, out_gain=0.01)
-        self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0)
-
-    def value(self, obs: Tensor) -> Tensor:
-        """``[N]`` critic estimate for ``[N, O]`` observations."""
-        return self.critic(obs).squeeze(-1)
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """``(logits [N, A], value [N])``; logits are unmasked."""
-        return self.actor(obs), self.value(obs)
+        x = self.preprocess(obs)
+        return self.actor(x), self.critic(x).squeeze(-1)
 
     def act(
         self,
@@ -111,10 +175,10 @@ class ActorCritic(nn.Module):
     def config(self) -> dict:
         """Constructor arguments, enough to rebuild the network from a checkpoint."""
         return {"kind": "categorical", "obs_dim": self.obs_dim, "num_actions": self.num_actions,
-                "hidden_sizes": list(self.hidden_sizes)}
+                "hidden_sizes": list(self.hidden_sizes), "normalize_obs": self.normalize_obs}
 
 
-class GaussianActorCritic(nn.Module):
+class GaussianActorCritic(_ActorCriticBase):
     """Actor-critic for continuous actions: a diagonal Gaussian with a learned, state-independent log-std.
 
     The log-probability is that of the action actually sampled (before clipping to the action bounds);
@@ -130,7 +194,12 @@ class GaussianActorCritic(nn.Module):
     is_continuous = True
 
     def __init__(
-        self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int] = (64, 64), init_log_std: float = 0.0
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        init_log_std: float = 0.0,
+        normalize_obs: bool = False,
     ) -> None:
         super().__init__()
         if obs_dim <= 0 or action_dim <= 0 or any(h <= 0 for h in hidden_sizes):
@@ -138,21 +207,16 @@ class GaussianActorCritic(nn.Module):
                 f"obs_dim, action_dim and hidden sizes must be positive, got {obs_dim}, {action_dim}, "
                 f"{tuple(hidden_sizes)}"
             )
-        self.obs_dim = obs_dim
+        self._init_base(obs_dim, hidden_sizes, normalize_obs)
         self.action_dim = action_dim
-        self.hidden_sizes = tuple(hidden_sizes)
         self.init_log_std = init_log_std
         self.actor = mlp(obs_dim, hidden_sizes, action_dim, out_gain=0.01)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
-        self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0)
-
-    def value(self, obs: Tensor) -> Tensor:
-        """``[N]`` critic estimate for ``[N, O]`` observations."""
-        return self.critic(obs).squeeze(-1)
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         """``(mean [N, D], value [N])``."""
-        return self.actor(obs), self.value(obs)
+        x = self.preprocess(obs)
+        return self.actor(x), self.critic(x).squeeze(-1)
 
     def act(
         self,
@@ -180,7 +244,8 @@ class GaussianActorCritic(nn.Module):
     def config(self) -> dict:
         """Constructor arguments, enough to rebuild the network from a checkpoint."""
         return {"kind": "gaussian", "obs_dim": self.obs_dim, "action_dim": self.action_dim,
-                "hidden_sizes": list(self.hidden_sizes), "init_log_std": self.init_log_std}
+                "hidden_sizes": list(self.hidden_sizes), "init_log_std": self.init_log_std,
+                "normalize_obs": self.normalize_obs}
 
 
 def build_policy(config: dict) -> nn.Module:
@@ -194,12 +259,16 @@ def build_policy(config: dict) -> nn.Module:
     raise ValueError(f"unknown policy kind {kind!r}; known: 'categorical', 'gaussian'")
 
 
-def policy_for_env(env, hidden_sizes: Sequence[int] = (64, 64)) -> nn.Module:
+def policy_for_env(
+    env, hidden_sizes: Sequence[int] = (64, 64), normalize_obs: bool = False, init_log_std: float = 0.0
+) -> nn.Module:
     """A fresh actor-critic sized for ``env`` (flat observations)."""
     obs_dim = int(math.prod(env.obs_shape))
     if env.is_continuous:
-        return GaussianActorCritic(obs_dim, int(math.prod(env.action_shape)), hidden_sizes)
-    return ActorCritic(obs_dim, env.num_actions, hidden_sizes)
+        return GaussianActorCritic(
+            obs_dim, int(math.prod(env.action_shape)), hidden_sizes, init_log_std, normalize_obs
+        )
+    return ActorCritic(obs_dim, env.num_actions, hidden_sizes, normalize_obs)
 
 
 class UniformRandomPolicy:
@@ -216,3 +285,7 @@ class UniformRandomPolicy:
         action = D.categorical_sample(logits, action_mask, generator)
         zeros = torch.zeros(obs.shape[0], device=obs.device)
         return PolicyOutput(action, D.categorical_log_prob(logits, action_mask, action), zeros)
+
+    def value(self, obs: Tensor) -> Tensor:
+        """``[N]`` zeros: a random player has no critic."""
+        return torch.zeros(obs.shape[0], device=obs.device)

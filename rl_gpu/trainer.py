@@ -110,7 +110,8 @@ class Trainer:
         if not self.multi_player and config.solve_threshold is None:
             raise UsageError(f"{config.env} is a single-player task: give --solve-threshold (the mean "
                              "validation return that counts as solved)")
-        policy = policy_for_env(self.env, config.hidden_sizes).to(self.device)
+        policy = policy_for_env(self.env, config.hidden_sizes, config.normalize_obs, config.init_log_std)
+        policy = policy.to(self.device)
         self.algo = PPO(policy, config.ppo, config.learning_rate, derive_seed(seed, "policy"))
         self.initial_policy = copy.deepcopy(policy).eval()
         self.opponent_rng = torch.Generator(device=self.device).manual_seed(derive_seed(seed, "opponent"))

@@ -124,3 +124,41 @@ def test_uniform_random_opponent_only_legal_and_roughly_uniform():
     out = UniformRandomPolicy().act(torch.zeros(30000, 6), mask, torch.Generator().manual_seed(0))
     counts = torch.bincount(out.action, minlength=3)
     assert counts[1] == 0 and abs(int(counts[0]) - 15000) < 600
+
+
+def test_running_mean_std_matches_batch_statistics_and_skips_zero_weight_rows():
+    from rl_gpu.policy import RunningMeanStd
+
+    g = torch.Generator().manual_seed(0)
+    data = torch.randn(1000, 3, generator=g, dtype=torch.float64) * torch.tensor([1.0, 5.0, 0.1]) + 2
+    rms = RunningMeanStd(3)
+    for chunk in data.split(137):
+        rms.update(chunk)
+    torch.testing.assert_close(rms.mean, data.mean(0))
+    torch.testing.assert_close(rms.var, data.var(0, unbiased=False))
+    weighted = RunningMeanStd(3)
+    junk = torch.full((50, 3), 1e6, dtype=torch.float64)
+    weighted.update(torch.cat([data, junk]), torch.cat([torch.ones(1000), torch.zeros(50)]))
+    torch.testing.assert_close(weighted.mean, data.mean(0))
+    torch.testing.assert_close(weighted.var, data.var(0, unbiased=False))
+
+
+def test_normalizer_is_identity_until_first_update_and_travels_in_state_dict():
+    policy = ActorCritic(normalize_obs=True)
+    obs = torch.randn(4, 6)
+    torch.testing.assert_close(policy.preprocess(obs), obs)
+    policy.update_normalizer(torch.randn(100, 6) * 3 + 1)
+    clone = ActorCritic(normalize_obs=True)
+    clone.load_state_dict(policy.state_dict())
+    torch.testing.assert_close(clone.preprocess(obs), policy.preprocess(obs))
+    assert not torch.allclose(policy.preprocess(obs), obs)
+
+
+def test_wilson_interval_and_z():
+    from rl_gpu.evaluation import improvement_z, wilson_interval
+
+    lo, hi = wilson_interval(50, 100)
+    assert abs(lo - 0.4038) < 1e-3 and abs(hi - 0.5962) < 1e-3
+    assert wilson_interval(0, 10)[0] < 1e-12 and wilson_interval(10, 10)[1] > 1 - 1e-12
+    assert improvement_z(0.6, 10000, 0.5, 10000) > 14
+    assert improvement_z(0.5, 10000, 0.5, 10000) == 0.0

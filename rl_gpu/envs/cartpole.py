@@ -1,0 +1,132 @@
+"""CartPole-v1 (Gymnasium 1.x ``CartPoleEnv``) as N tensor environments.
+
+Precision: Gymnasium integrates in float64 NumPy and casts the observation to float32. The inner state here
+is float64 too, with every expression written in Gymnasium's operation order, so the observations agree to
+float32 rounding (the only differences are 1-ulp float64 differences between torch's and libm's sin/cos).
+Float32 inner state would drift from Gymnasium by ~1e-7 relative per step and could flip termination at the
+thresholds; float64 costs next to nothing for a 4-number state. Devices without float64 (MPS) are not
+supported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from rl_gpu.envs.base import TensorEnv
+
+
+@dataclass(frozen=True)
+class CartPoleParams:
+    """Physical constants of Gymnasium's cart-pole (same names as ``CartPoleEnv`` attributes)."""
+
+    gravity: float = 9.8
+    masscart: float = 1.0
+    masspole: float = 0.1
+    length: float = 0.5
+    """Half the pole's length."""
+    force_mag: float = 10.0
+    tau: float = 0.02
+    """Seconds between state updates (explicit Euler)."""
+    theta_threshold_degrees: float = 12
+    x_threshold: float = 2.4
+    sutton_barto_reward: bool = False
+    """Reward 0 per surviving step and -1 on termination instead of +1 per step."""
+
+    @property
+    def total_mass(self) -> float:
+        return self.masspole + self.masscart
+
+    @property
+    def polemass_length(self) -> float:
+        return self.masspole * self.length
+
+    @property
+    def theta_threshold_radians(self) -> float:
+        # Gymnasium's expression, kept verbatim so the float64 threshold is bit-identical.
+        return self.theta_threshold_degrees * 2 * math.pi / 360
+
+
+class CartPoleState(NamedTuple):
+    """Inner state of N cart-poles; every field is ``[N]`` float64."""
+
+    x: Tensor
+    x_dot: Tensor
+    theta: Tensor
+    theta_dot: Tensor
+
+
+class CartPoleEnv(TensorEnv[CartPoleState]):
+    """``CartPole-v1``: balance a pole on a cart by pushing the cart left or right.
+
+    - Observation ``[N, 4]`` float32: cart position, cart velocity, pole angle (rad), pole angular velocity.
+      Gymnasium's box: ``±(2 * x_threshold, inf, 2 * theta_threshold_radians, inf)``.
+    - Actions: 2 discrete, all legal. 0 pushes the cart left with ``force_mag``, 1 pushes it right.
+    - Reward: +1 for every step, including the terminating one (``sutton_barto_reward=True``: 0 per step and
+      -1 on the terminating step).
+    - Terminated: ``|x| > x_threshold`` (2.4) or ``|theta| > theta_threshold_radians`` (12 degrees).
+    - Truncated: after 500 steps.
+    - Reset: all four state variables uniform in ``[-0.05, 0.05)``.
+
+    Keyword arguments other than the base class's override fields of :class:`CartPoleParams`
+    (``sutton_barto_reward=True`` is the one ``gymnasium.make`` accepts).
+    """
+
+    obs_shape = (4,)
+    num_actions = 2
+    max_episode_steps = 500
+    reset_low = -0.05
+    reset_high = 0.05
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        *,
+        autoreset: bool = True,
+        validate_actions: bool = True,
+        **params: float | bool,
+    ) -> None:
+        self.params = CartPoleParams(**params)
+        super().__init__(num_envs, device, seed, autoreset=autoreset, validate_actions=validate_actions)
+
+    def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> CartPoleState:
+        u = torch.rand(4, num_envs, dtype=torch.float64, device=self.device, generator=generator)
+        return CartPoleState(*(self.reset_low + (self.reset_high - self.reset_low) * u))
+
+    def _transition(self, s: CartPoleState, action: Tensor) -> tuple[CartPoleState, Tensor, Tensor]:
+        p = self.params
+        force = p.force_mag * torch.where(action == 1, 1.0, -1.0).double()
+        costheta = torch.cos(s.theta)
+        sintheta = torch.sin(s.theta)
+        temp = (force + p.polemass_length * s.theta_dot.square() * sintheta) / p.total_mass
+        thetaacc = (p.gravity * sintheta - costheta * temp) / (
+            p.length * (4.0 / 3.0 - p.masspole * costheta.square() / p.total_mass)
+        )
+        xacc = temp - p.polemass_length * thetaacc * costheta / p.total_mass
+        nxt = CartPoleState(
+            x=s.x + p.tau * s.x_dot,
+            x_dot=s.x_dot + p.tau * xacc,
+            theta=s.theta + p.tau * s.theta_dot,
+            theta_dot=s.theta_dot + p.tau * thetaacc,
+        )
+        theta_limit = p.theta_threshold_radians
+        terminated = (
+            (nxt.x < -p.x_threshold)
+            | (nxt.x > p.x_threshold)
+            | (nxt.theta < -theta_limit)
+            | (nxt.theta > theta_limit)
+        )
+        if p.sutton_barto_reward:
+            reward = torch.where(terminated, -1.0, 0.0)
+        else:
+            reward = torch.ones_like(nxt.x, dtype=torch.float32)
+        return nxt, reward.float(), terminated
+
+    def _observe(self, s: CartPoleState) -> Tensor:
+        return torch.stack(tuple(s), dim=1).float()
