@@ -96,10 +96,8 @@ class Trainer:
         self.episodic = self.multi_player
         if config.num_steps is not None:
             self.num_steps = config.num_steps
-        elif self.episodic:
-            self.num_steps = episode_horizon(self.env)
         else:
-            self.num_steps = 128
+            self.num_steps = episode_horizon(self.env) if self.episodic else 128
         if self.episodic and self.num_steps < episode_horizon(self.env):
             raise UsageError(f"--num-steps {self.num_steps} is shorter than the longest {config.env} game "
                              f"({episode_horizon(self.env)} steps): games would be cut")
@@ -124,7 +122,7 @@ class Trainer:
     def evaluate(self, policy, episodes: int, purpose: str) -> EvalResult:
         return evaluate_policy(
             policy, self.make_env, episodes, derive_seed(self.seed, purpose),
-            num_envs=self.config.num_envs, deterministic=self.config.deterministic_eval,
+            deterministic=self.config.deterministic_eval,
         )
 
     def checkpoint_payload(self, validation: EvalResult | None) -> dict:
