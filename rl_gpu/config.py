@@ -62,6 +62,11 @@ class TrainConfig:
     """torch intra-op CPU threads (1 was never much slower on 2-core machines and avoided 10-100x stalls)"""
     overwrite: bool = False
     """replace an existing run directory instead of refusing"""
+    resume: Path | None = None
+    """continue the run in this directory (OUTPUT/seed-N) from its last.pt; other flags keep their saved
+    values, except --max-updates, --device, --threads, --log-every, --checkpoint-every, --final-eval-episodes"""
+    checkpoint_every: int = 10
+    """write last.pt every this many updates (a crash loses at most this many)"""
     log_every: int = 5
     """print a progress line every this many updates"""
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -69,7 +74,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         positive = ["num_envs", "min_updates", "max_updates", "eval_every", "eval_episodes",
-                    "final_eval_episodes", "consecutive_passes", "threads", "log_every"]
+                    "final_eval_episodes", "consecutive_passes", "threads", "log_every", "checkpoint_every"]
         for name in positive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -176,10 +181,19 @@ def preset_config(env_id: str) -> TrainConfig:
     return TrainConfig(env=env_id, ppo=ppo, **preset)
 
 
+RESUMABLE_CHANGES = frozenset(
+    {"max_updates", "device", "threads", "log_every", "checkpoint_every", "final_eval_episodes", "resume",
+     "overwrite", "output", "seeds"}
+)
+"""Fields that may differ from the saved configuration when a run is resumed."""
+
+
 def config_from_dict(data: dict) -> TrainConfig:
     """Rebuild a :class:`TrainConfig` from :meth:`TrainConfig.to_dict` output."""
     data = dict(data)
     ppo = PPOConfig(**data.pop("ppo", {}))
     tuples = {"seeds", "hidden_sizes"}
-    values = {k: (tuple(v) if k in tuples else Path(v) if k == "output" else v) for k, v in data.items()}
+    paths = {"output", "resume"}
+    values = {k: (tuple(v) if k in tuples else Path(v) if k in paths and v is not None else v)
+              for k, v in data.items()}
     return TrainConfig(ppo=ppo, **values)

@@ -74,6 +74,13 @@ class EvalResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "EvalResult":
+        """Inverse of :meth:`to_dict`."""
+        data = dict(data)
+        seats = [SeatResult(**s) for s in data.pop("seats")]
+        return cls(seats=seats, **data)
+
     def describe(self, multi_player: bool) -> str:
         """A few human-readable lines."""
         if not multi_player:

@@ -1,48 +1,94 @@
-"""``rl-gpu train`` / ``python -m rl_gpu.train``: train with PPO, validate, keep the best checkpoint."""
+"""``rl-gpu train`` / ``python -m rl_gpu.train``: train with PPO, validate, keep the best checkpoint.
+
+Exit codes: 0 every seed met its goal; 1 a seed did not within ``--max-updates``; 2 bad input (nothing on disk
+touched); 3 a non-finite loss or gradient stopped training; 130/143 stopped by SIGINT/SIGTERM after saving.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import signal
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from rl_gpu.cli import fail, parse
-from rl_gpu.config import DEFAULT_ENV, TrainConfig, preset_config
+from rl_gpu.config import DEFAULT_ENV, RESUMABLE_CHANGES, TrainConfig, config_from_dict, preset_config
 
 PROG = "rl-gpu train"
 
 
-def _env_from_args(args: Sequence[str]) -> str:
-    """The ``--env`` value, read before full parsing so the environment's preset can supply the defaults."""
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``args`` (``--flag X`` or ``--flag=X``), read before full parsing."""
     for i, arg in enumerate(args):
-        if arg == "--env" and i + 1 < len(args):
+        if arg == flag and i + 1 < len(args):
             return args[i + 1]
-        if arg.startswith("--env="):
+        if arg.startswith(flag + "="):
             return arg.split("=", 1)[1]
-    return DEFAULT_ENV
+    return None
+
+
+def _saved_config(run_dir: Path) -> TrainConfig:
+    from rl_gpu.checkpoint import load_checkpoint
+
+    if not run_dir.is_dir():
+        raise ValueError(f"--resume {run_dir}: no such run directory")
+    last = run_dir / "last.pt"
+    if not last.exists():
+        raise ValueError(f"--resume {run_dir}: no last.pt in it (nothing to resume)")
+    payload = load_checkpoint(last)
+    if "trainer" not in payload:
+        raise ValueError(f"--resume {run_dir}: {last} is not a resumable checkpoint")
+    return config_from_dict(payload["config"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse flags, train every seed; exit 0 when every seed met its goal, 1 when one did not, 2 on bad input."""
+    """Parse flags, then train (or resume) every seed; see the module docstring for exit codes."""
     from rl_gpu.checkpoint import CheckpointError
     from rl_gpu.envs.registry import registered_ids
-    from rl_gpu.trainer import UsageError, train
+    from rl_gpu.trainer import EXIT_GOAL_NOT_MET, EXIT_NUMERICAL, UsageError, resume, train
 
     args = list(sys.argv[1:] if argv is None else argv)
-    env_id = _env_from_args(args)
-    if env_id not in registered_ids():
-        fail(PROG, f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}")
-    config = parse(TrainConfig, PROG, args, default=preset_config(env_id), description=TrainConfig.__doc__)
+    resume_dir = _flag_value(args, "--resume")
+    if resume_dir is not None:
+        try:
+            default = _saved_config(Path(resume_dir))
+        except (ValueError, CheckpointError) as e:
+            fail(PROG, str(e))
+    else:
+        env_id = _flag_value(args, "--env") or DEFAULT_ENV
+        if env_id not in registered_ids():
+            fail(PROG, f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}")
+        default = preset_config(env_id)
+    config = parse(TrainConfig, PROG, args, default=default, description=TrainConfig.__doc__)
     try:
-        results = train(config)
+        if config.resume is not None:
+            changed = [f.name for f in dataclasses.fields(TrainConfig)
+                       if getattr(config, f.name) != getattr(default, f.name) and f.name not in RESUMABLE_CHANGES]
+            if changed:
+                raise UsageError(f"--resume keeps the run's saved settings; cannot change "
+                                 f"{', '.join('--' + c.replace('_', '-') for c in changed)}")
+            results = [resume(config.resume, config)]
+        else:
+            results = train(config)
     except (UsageError, CheckpointError) as e:
         fail(PROG, str(e))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; checkpoints written so far are intact", file=sys.stderr)
-        return 130
-    failed = [r for r in results if not r.success]
-    for r in failed:
-        print(f"{PROG}: seed {r.seed} did not reach its goal: {r.reason}", file=sys.stderr)
-    return 1 if failed else 0
+        return 128 + signal.SIGINT
+    code = 0
+    for r in results:
+        if r.status == "interrupted":
+            print(f"{PROG}: {r.reason}", file=sys.stderr)
+            sig = signal.SIGTERM if "SIGTERM" in r.reason else signal.SIGINT
+            return 128 + sig
+        if r.status == "numerical_error":
+            print(f"{PROG}: seed {r.seed}: {r.reason}", file=sys.stderr)
+            return EXIT_NUMERICAL
+        if r.status == "goal_not_met":
+            print(f"{PROG}: seed {r.seed} did not reach its goal: {r.reason}", file=sys.stderr)
+            code = EXIT_GOAL_NOT_MET
+    return code
 
 
 if __name__ == "__main__":

@@ -3,6 +3,11 @@
 The trainer only talks to the algorithm's small interface (:class:`rl_gpu.optimization.PPO`: ``policy``,
 ``update``, ``state_dict``) and to :func:`rl_gpu.rollout.collect`; turn-based games and single-player tasks go
 through the same loop and differ only in how a rollout is collected and what makes a validation pass.
+
+A run can stop at any moment and continue exactly: ``last.pt`` holds everything the next update depends on
+(model, optimiser with its step counts, normaliser statistics, every random stream, the environments' state,
+counters and the validation streak), files are replaced atomically, and a resumed run produces the same
+parameters and metrics, bit for bit on the CPU, as one that never stopped.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import copy
 import json
 import math
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +24,10 @@ from typing import Callable
 
 import torch
 
-from rl_gpu.checkpoint import atomic_write_json, save_checkpoint
+from rl_gpu.checkpoint import CheckpointError, atomic_write_json, load_checkpoint, save_checkpoint
 from rl_gpu.config import TrainConfig
-from rl_gpu.envs.base import TensorEnv
-from rl_gpu.envs.registry import make
+from rl_gpu.envs.base import EnvState, TensorEnv
+from rl_gpu.envs.registry import make, registered_ids
 from rl_gpu.evaluation import EvalResult, derive_seed, evaluate_policy, improvement_z
 from rl_gpu.optimization import PPO
 from rl_gpu.policy import UniformRandomPolicy, policy_for_env
@@ -29,9 +35,19 @@ from rl_gpu.rollout import collect, episode_horizon
 
 RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "best.pt", "last.pt")
 
+EXIT_SUCCESS, EXIT_GOAL_NOT_MET, EXIT_USAGE, EXIT_NUMERICAL = 0, 1, 2, 3
+"""Exit codes of ``rl-gpu train``; an interrupted run exits 128 + the signal number (130, 143)."""
+
+VOLATILE_METRICS = ("time", "steps_per_second", "collect_seconds", "update_seconds")
+"""Fields of metrics.jsonl that measure wall time and so differ between otherwise identical runs."""
+
 
 class UsageError(ValueError):
     """Bad input from the user: reported as one line, exit code 2, and nothing on disk is touched."""
+
+
+class NumericalError(RuntimeError):
+    """Training produced a non-finite loss or gradient; the newest checkpoint predates it."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -55,23 +71,53 @@ def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
     if run_dir.exists() and any(run_dir.iterdir()):
         if not overwrite:
             raise UsageError(f"run directory {run_dir} already exists and is not empty; "
-                             "pass --overwrite to replace it or choose another --output")
+                             "pass --overwrite to replace it, --resume to continue it, or choose another --output")
         for name in RUN_FILES:
             (run_dir / name).unlink(missing_ok=True)
-        for extra in ("tb",):
-            shutil.rmtree(run_dir / extra, ignore_errors=True)
+        shutil.rmtree(run_dir / "tb", ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
+
+
+class StopRequest:
+    """SIGINT/SIGTERM handler: the first signal asks the loop to finish its update, save and exit; a second
+    one interrupts at once (the newest checkpoint is still intact)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "StopRequest":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:
+                pass  # not the main thread: signals stay with the caller
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 @dataclass
 class RunResult:
-    """Outcome of one seed's run."""
+    """Outcome of one seed's run. ``status`` is ``success``, ``goal_not_met``, ``numerical_error``,
+    ``paused`` or ``interrupted``."""
 
     seed: int
     run_dir: Path
-    success: bool
+    status: str
     reason: str
     summary: dict
+
+    @property
+    def success(self) -> bool:
+        return self.status == "success"
 
 
 class Trainer:
@@ -115,6 +161,11 @@ class Trainer:
         self.opponent_rng = torch.Generator(device=self.device).manual_seed(derive_seed(seed, "opponent"))
         self.update = 0
         self.global_step = 0
+        self.train_seconds = 0.0
+        self.best_score = -math.inf
+        self.best_update = 0
+        self.streak = 0
+        self.baseline: EvalResult | None = None
 
     def make_env(self, num_envs: int, seed: int) -> TensorEnv:
         return make(self.config.env, num_envs=num_envs, device=self.device, seed=seed, validate_actions=False)
@@ -125,17 +176,88 @@ class Trainer:
             deterministic=self.config.deterministic_eval,
         )
 
-    def checkpoint_payload(self, validation: EvalResult | None) -> dict:
+    def state_dict(self) -> dict:
+        """Everything the next update depends on, as tensors and plain values (``weights_only``-loadable)."""
+        env_state = self.env.state
+        return {
+            "algorithm": self.algo.state_dict(),
+            "initial_policy": self.initial_policy.state_dict(),
+            "opponent_rng": self.opponent_rng.get_state(),
+            "env_rng": self.env.generator.get_state(),
+            "env_state": {"inner": list(env_state.inner), "episode_step": env_state.episode_step,
+                          "episode_return": env_state.episode_return, "done": env_state.done},
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "update": self.update,
+            "global_step": self.global_step,
+            "train_seconds": self.train_seconds,
+            "best_score": self.best_score,
+            "best_update": self.best_update,
+            "streak": self.streak,
+            "baseline": self.baseline.to_dict() if self.baseline is not None else None,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.algo.load_state_dict(state["algorithm"])
+        self.initial_policy.load_state_dict(state["initial_policy"])
+        self.opponent_rng.set_state(state["opponent_rng"].cpu())
+        self.env.generator.set_state(state["env_rng"].cpu())
+        saved = state["env_state"]
+        inner_type = type(self.env.state.inner)
+        self.env.set_state(EnvState(
+            inner_type(*(t.to(self.device) for t in saved["inner"])),
+            saved["episode_step"].to(self.device), saved["episode_return"].to(self.device),
+            saved["done"].to(self.device),
+        ))
+        torch.set_rng_state(state["torch_rng"].cpu())
+        if torch.cuda.is_available() and state["cuda_rng"]:
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+        self.update = state["update"]
+        self.global_step = state["global_step"]
+        self.train_seconds = state["train_seconds"]
+        self.best_score = state["best_score"]
+        self.best_update = state["best_update"]
+        self.streak = state["streak"]
+        self.baseline = EvalResult.from_dict(state["baseline"]) if state["baseline"] is not None else None
+
+    def checkpoint_payload(self, validation: EvalResult | None = None) -> dict:
         return {
             "env_id": self.config.env,
             "policy_config": self.algo.policy.config(),
-            "algorithm": self.algo.state_dict(),
             "update": self.update,
             "global_step": self.global_step,
             "seed": self.seed,
             "config": self.config.to_dict(),
             "validation": validation.to_dict() if validation is not None else None,
+            "trainer": self.state_dict(),
+            # Kept at the top level too: evaluate/export read the policy without the trainer state.
+            "algorithm": {"policy": self.algo.policy.state_dict()},
         }
+
+    def save(self, name: str, validation: EvalResult | None = None) -> None:
+        save_checkpoint(self.run_dir / name, self.checkpoint_payload(validation))
+
+    def resume_from(self, path: Path) -> None:
+        """Load ``path`` (a ``last.pt``) and drop metric lines written after it, so the run continues as if it
+        had never stopped."""
+        payload = load_checkpoint(path, self.device)
+        if payload.get("env_id") != self.config.env or "trainer" not in payload:
+            raise CheckpointError(f"{path}: not a resumable checkpoint of a {self.config.env} run")
+        try:
+            self.load_state_dict(payload["trainer"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as e:
+            raise CheckpointError(f"{path}: checkpoint does not match this run ({str(e).splitlines()[0][:160]})")
+        metrics = self.run_dir / "metrics.jsonl"
+        if metrics.exists():
+            kept = []
+            for line in metrics.read_text().splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a crash
+                if record.get("update", 0) <= self.update:
+                    kept.append(line)
+            metrics.write_text("".join(line + "\n" for line in kept))
 
     def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
         """Whether a validation counts towards success, and a short explanation."""
@@ -148,98 +270,140 @@ class Trainer:
     def score(self, result: EvalResult) -> float:
         return result.win_rate if self.multi_player else result.mean_return
 
-    def run(self) -> RunResult:
-        cfg = self.config
-        atomic_write_json(self.run_dir / "config.json", {**cfg.to_dict(), "seed": self.seed,
-                                                         "num_steps_resolved": self.num_steps,
-                                                         "device_resolved": str(self.device),
-                                                         "torch_version": torch.__version__})
-        started = time.perf_counter()
-        baseline = self.evaluate(self.initial_policy, cfg.eval_episodes, "validation")
-        self.log(f"[seed {self.seed}] {cfg.env}: N={cfg.num_envs} envs x T={self.num_steps} steps on "
-                 f"{self.device}; initial policy: {self.describe(baseline)}")
-        best_score, best_update, streak = -math.inf, 0, 0
-        success, reason = False, ""
-        window_steps, window_start = 0, time.perf_counter()
-        metrics_file = (self.run_dir / "metrics.jsonl").open("a")
-        try:
-            while self.update < cfg.max_updates:
-                if cfg.anneal_lr:
-                    self.algo.set_learning_rate(cfg.learning_rate * (1.0 - self.update / cfg.max_updates))
-                rollout = collect(
-                    self.algo.policy, self.env, self.num_steps, self.algo.policy_rng,
-                    episodic=self.episodic, opponent_rng=self.opponent_rng,
-                )
-                metrics = self.algo.update(rollout)
-                self.update += 1
-                stats = rollout.episode_stats()
-                # One host read per update for everything logged.
-                values = metrics.as_floats()
-                host = torch.stack([stats[k].float() for k in ("episodes", "episode_return", "win_rate")]
-                                   + [rollout.transitions().float()]).cpu().tolist()
-                episodes, ep_return, win_rate, transitions = host
-                self.global_step += int(transitions)
-                window_steps += int(transitions)
-                record = {"update": self.update, "global_step": self.global_step,
-                          "time": time.perf_counter() - started, "episodes": int(episodes),
-                          "episode_return": ep_return, "train_win_rate": win_rate, **values}
-                if self.update % cfg.log_every == 0 or self.update == 1:
-                    elapsed = time.perf_counter() - window_start
-                    sps = window_steps / max(elapsed, 1e-9)
-                    record["steps_per_second"] = sps
-                    progress = (f"win {win_rate:.3f}" if self.multi_player else f"return {ep_return:8.2f}")
-                    self.log(f"[seed {self.seed}] update {self.update:5d}/{cfg.max_updates} "
-                             f"steps {self.global_step:>11,} {sps:>10,.0f} steps/s  {progress}  "
-                             f"loss {values['loss']:+.4f} entropy {values['entropy']:.3f} "
-                             f"kl {values['approx_kl']:.4f}")
-                    window_steps, window_start = 0, time.perf_counter()
-                if not all(math.isfinite(v) for v in values.values()):
-                    reason = f"non-finite training metrics at update {self.update}: {values}"
-                    break
-                if self.update % cfg.eval_every == 0 or self.update == cfg.max_updates:
-                    result = self.evaluate(self.algo.policy, cfg.eval_episodes, "validation")
-                    ok, why = self.passes(result, baseline)
-                    counted = ok and self.update >= cfg.min_updates
-                    streak = streak + 1 if counted else 0
-                    record["validation"] = {"score": self.score(result), "passed": ok, "streak": streak}
-                    if self.score(result) > best_score:
-                        best_score, best_update = self.score(result), self.update
-                        save_checkpoint(self.run_dir / "best.pt", self.checkpoint_payload(result))
-                    save_checkpoint(self.run_dir / "last.pt", self.checkpoint_payload(result))
-                    self.log(f"[seed {self.seed}] validation @ {self.update}: {self.describe(result)}  {why}  "
-                             f"{'PASS' if ok else 'fail'} streak {streak}/{cfg.consecutive_passes}")
-                    if streak >= cfg.consecutive_passes:
-                        success = True
-                        reason = (f"validation passed {streak} times in a row at update {self.update} "
-                                  f"(>= {cfg.min_updates} updates)")
-                metrics_file.write(json.dumps(record) + "\n")
-                metrics_file.flush()
-                if success:
-                    break
-        finally:
-            metrics_file.close()
-        if not success and not reason:
-            reason = (f"goal not met within --max-updates {cfg.max_updates}: best validation "
-                      f"{best_score:.4f} at update {best_update}")
-        save_checkpoint(self.run_dir / "last.pt", self.checkpoint_payload(None))
-        summary = self.final_evaluation(success, reason, baseline, best_update, time.perf_counter() - started)
-        return RunResult(self.seed, self.run_dir, success, reason, summary)
-
     def describe(self, result: EvalResult) -> str:
         if self.multi_player:
             return f"win rate {result.win_rate:.4f} [{result.ci_low:.4f}, {result.ci_high:.4f}]"
         return f"mean return {result.mean_return:.2f} ± {result.return_ci:.2f}"
 
-    def final_evaluation(self, success: bool, reason: str, baseline: EvalResult, best_update: int,
-                         train_seconds: float) -> dict:
-        """Re-evaluate best.pt, the initial policy and a uniform-random player on fresh seeds."""
-        from rl_gpu.checkpoint import load_checkpoint
-
+    def run(self, stop: StopRequest | None = None, stop_after: int | None = None) -> RunResult:
+        """Train until success, ``max_updates``, a numerical fault, a stop signal or ``stop_after`` updates
+        of this call (a pause: checkpoint and return)."""
         cfg = self.config
-        summary: dict = {"seed": self.seed, "env": cfg.env, "success": success, "reason": reason,
-                         "updates": self.update, "global_step": self.global_step,
-                         "train_seconds": train_seconds, "best_update": best_update,
-                         "initial_validation": baseline.to_dict()}
+        stop = stop if stop is not None else StopRequest()
+        if not (self.run_dir / "config.json").exists():
+            atomic_write_json(self.run_dir / "config.json", {
+                **cfg.to_dict(), "seed": self.seed, "num_steps_resolved": self.num_steps,
+                "device_resolved": str(self.device), "torch_version": torch.__version__,
+            })
+        if self.baseline is None:
+            self.baseline = self.evaluate(self.initial_policy, cfg.eval_episodes, "validation")
+        resumed = self.update > 0
+        self.log(f"[seed {self.seed}] {cfg.env}: N={cfg.num_envs} envs x T={self.num_steps} steps on "
+                 f"{self.device}; " + (f"resumed at update {self.update}; " if resumed else "")
+                 + f"initial policy: {self.describe(self.baseline)}")
+        status, reason = "", ""
+        updates_this_call = 0
+        window_steps, window_start = 0, time.perf_counter()
+        with (self.run_dir / "metrics.jsonl").open("a") as metrics_file:
+            while self.update < cfg.max_updates:
+                step_start = time.perf_counter()
+                record = self.train_one_update()
+                self.train_seconds += time.perf_counter() - step_start
+                updates_this_call += 1
+                window_steps += record["transitions"]
+                if self.update % cfg.log_every == 0 or updates_this_call == 1:
+                    elapsed = time.perf_counter() - window_start
+                    record["steps_per_second"] = window_steps / max(elapsed, 1e-9)
+                    self.log_progress(record)
+                    window_steps, window_start = 0, time.perf_counter()
+                if not record.pop("finite"):
+                    status = "numerical_error"
+                    reason = (f"non-finite loss or gradient at update {self.update}; training stopped and the "
+                              f"newest checkpoint (update {self.checkpointed_update()}) predates it")
+                    metrics_file.write(json.dumps(record) + "\n")
+                    break
+                if self.update % cfg.eval_every == 0 or self.update == cfg.max_updates:
+                    record["validation"] = self.validate()
+                    if self.streak >= cfg.consecutive_passes:
+                        status = "success"
+                        reason = (f"validation passed {self.streak} times in a row at update {self.update} "
+                                  f"(>= {cfg.min_updates} updates)")
+                metrics_file.write(json.dumps(record) + "\n")
+                metrics_file.flush()
+                if status or self.update % cfg.checkpoint_every == 0:
+                    self.save("last.pt")
+                if status:
+                    break
+                if stop.signum is not None:
+                    self.save("last.pt")
+                    name = signal.Signals(stop.signum).name
+                    status, reason = "interrupted", (f"{name} received: stopped after update {self.update}, "
+                                                     f"saved {self.run_dir / 'last.pt'}; continue with "
+                                                     f"--resume {self.run_dir}")
+                    break
+                if stop_after is not None and updates_this_call >= stop_after:
+                    self.save("last.pt")
+                    status, reason = "paused", (f"paused after update {self.update}; continue with "
+                                                f"--resume {self.run_dir}")
+                    break
+        if not status:
+            status = "goal_not_met"
+            reason = (f"goal not met within --max-updates {cfg.max_updates}: best validation "
+                      f"{self.best_score:.4f} at update {self.best_update}")
+            self.save("last.pt")
+        summary: dict = {}
+        if status in ("success", "goal_not_met"):
+            summary = self.final_evaluation(status, reason)
+        return RunResult(self.seed, self.run_dir, status, reason, summary)
+
+    def checkpointed_update(self) -> int:
+        """The update stored in last.pt (0 if none)."""
+        path = self.run_dir / "last.pt"
+        return int(load_checkpoint(path)["update"]) if path.exists() else 0
+
+    def train_one_update(self) -> dict:
+        """Collect one rollout and update once; returns the metrics record (one host read for all of it)."""
+        cfg = self.config
+        if cfg.anneal_lr:
+            self.algo.set_learning_rate(cfg.learning_rate * (1.0 - self.update / cfg.max_updates))
+        t0 = time.perf_counter()
+        rollout = collect(
+            self.algo.policy, self.env, self.num_steps, self.algo.policy_rng,
+            episodic=self.episodic, opponent_rng=self.opponent_rng,
+        )
+        t1 = time.perf_counter()
+        metrics = self.algo.update(rollout)
+        stats = rollout.episode_stats()
+        values = metrics.as_floats()
+        t2 = time.perf_counter()
+        host = torch.stack([stats[k].float() for k in ("episodes", "episode_return", "win_rate")]
+                           + [rollout.transitions().float()]).cpu().tolist()
+        episodes, ep_return, win_rate, transitions = host
+        self.update += 1
+        self.global_step += int(transitions)
+        return {"update": self.update, "global_step": self.global_step, "time": self.train_seconds,
+                "collect_seconds": t1 - t0, "update_seconds": t2 - t1, "episodes": int(episodes),
+                "episode_return": ep_return, "train_win_rate": win_rate, "transitions": int(transitions),
+                "finite": all(math.isfinite(v) for v in values.values()), **values}
+
+    def log_progress(self, record: dict) -> None:
+        cfg = self.config
+        progress = (f"win {record['train_win_rate']:.3f}" if self.multi_player
+                    else f"return {record['episode_return']:8.2f}")
+        self.log(f"[seed {self.seed}] update {self.update:5d}/{cfg.max_updates} "
+                 f"steps {self.global_step:>11,} {record['steps_per_second']:>10,.0f} steps/s  {progress}  "
+                 f"loss {record['loss']:+.4f} entropy {record['entropy']:.3f} kl {record['approx_kl']:.4f}")
+
+    def validate(self) -> dict:
+        """Evaluate on the validation stream, update the streak, keep best.pt; returns the record to log."""
+        cfg = self.config
+        result = self.evaluate(self.algo.policy, cfg.eval_episodes, "validation")
+        ok, why = self.passes(result, self.baseline)
+        self.streak = self.streak + 1 if ok and self.update >= cfg.min_updates else 0
+        if self.score(result) > self.best_score:
+            self.best_score, self.best_update = self.score(result), self.update
+            self.save("best.pt", result)
+        self.log(f"[seed {self.seed}] validation @ {self.update}: {self.describe(result)}  {why}  "
+                 f"{'PASS' if ok else 'fail'} streak {self.streak}/{cfg.consecutive_passes}")
+        return {"score": self.score(result), "passed": ok, "streak": self.streak}
+
+    def final_evaluation(self, status: str, reason: str) -> dict:
+        """Re-evaluate best.pt, the initial policy and a uniform-random player on fresh seeds."""
+        cfg = self.config
+        summary: dict = {"seed": self.seed, "env": cfg.env, "success": status == "success", "status": status,
+                         "reason": reason, "updates": self.update, "global_step": self.global_step,
+                         "train_seconds": self.train_seconds, "best_update": self.best_update,
+                         "initial_validation": self.baseline.to_dict()}
         best_path = self.run_dir / "best.pt"
         if best_path.exists():
             best = copy.deepcopy(self.algo.policy)
@@ -264,22 +428,49 @@ class Trainer:
         return summary
 
 
-def train(config: TrainConfig, log: Callable[[str], None] = print) -> list[RunResult]:
+def check_env_id(env_id: str) -> None:
+    if env_id not in registered_ids():
+        raise UsageError(f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}")
+
+
+def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None) -> list[RunResult]:
     """Run every seed of ``config``; each writes ``OUTPUT/seed-N/``. Input errors raise :class:`UsageError`
-    before anything is written."""
+    before anything is written. A stop signal or ``stop_after`` ends the call after the current seed's
+    checkpoint; the remaining seeds are not started."""
     torch.set_num_threads(config.threads)
+    check_env_id(config.env)
     run_dirs = [config.output / f"seed-{seed}" for seed in config.seeds]
     for run_dir in run_dirs:
         if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())) and not config.overwrite:
-            raise UsageError(f"run directory {run_dir} already exists and is not empty; "
-                             "pass --overwrite to replace it or choose another --output")
+            raise UsageError(f"run directory {run_dir} already exists and is not empty; pass --overwrite to "
+                             "replace it, --resume to continue it, or choose another --output")
     resolve_device(config.device)
     results = []
-    for seed, run_dir in zip(config.seeds, run_dirs):
-        trainer = Trainer(config, seed, run_dir, log)
-        prepare_run_dir(run_dir, config.overwrite)
-        result = trainer.run()
-        status = "SUCCESS" if result.success else "FAILED"
-        log(f"[seed {seed}] {status}: {result.reason}. Files in {run_dir}/")
-        results.append(result)
+    with StopRequest() as stop:
+        for seed, run_dir in zip(config.seeds, run_dirs):
+            trainer = Trainer(config, seed, run_dir, log)
+            prepare_run_dir(run_dir, config.overwrite)
+            results.append(_finish(trainer.run(stop, stop_after), log))
+            if results[-1].status in ("interrupted", "paused", "numerical_error"):
+                break
     return results
+
+
+def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = print,
+           stop_after: int | None = None) -> RunResult:
+    """Continue the run in ``run_dir`` from its ``last.pt`` with ``config`` (the saved one, possibly with a
+    larger ``max_updates``)."""
+    torch.set_num_threads(config.threads)
+    check_env_id(config.env)
+    seed = load_checkpoint(run_dir / "last.pt")["seed"]
+    trainer = Trainer(config, seed, run_dir, log)
+    trainer.resume_from(run_dir / "last.pt")
+    with StopRequest() as stop:
+        return _finish(trainer.run(stop, stop_after), log)
+
+
+def _finish(result: RunResult, log: Callable[[str], None]) -> RunResult:
+    labels = {"success": "SUCCESS", "goal_not_met": "FAILED", "numerical_error": "NUMERICAL ERROR",
+              "interrupted": "INTERRUPTED", "paused": "PAUSED"}
+    log(f"[seed {result.seed}] {labels[result.status]}: {result.reason}. Files in {result.run_dir}/")
+    return result
