@@ -62,6 +62,9 @@ class TrainConfig:
     """torch intra-op CPU threads (1 was never much slower on 2-core machines and avoided 10-100x stalls)"""
     overwrite: bool = False
     """replace an existing run directory instead of refusing"""
+    config: Path | None = None
+    """start from the settings in this JSON file (a run's config.json, so any run can be repeated exactly);
+    flags given as well override it"""
     resume: Path | None = None
     """continue the run in this directory (OUTPUT/seed-N) from its last.pt; other flags keep their saved
     values, except --max-updates, --device, --threads, --log-every, --checkpoint-every, --final-eval-episodes"""
@@ -183,15 +186,18 @@ def preset_config(env_id: str) -> TrainConfig:
 
 RESUMABLE_CHANGES = frozenset(
     {"max_updates", "device", "threads", "log_every", "checkpoint_every", "final_eval_episodes", "resume",
-     "overwrite", "output", "seeds"}
+     "overwrite", "output", "seeds", "config"}
 )
 """Fields that may differ from the saved configuration when a run is resumed."""
 
 
 def config_from_dict(data: dict) -> TrainConfig:
-    """Rebuild a :class:`TrainConfig` from :meth:`TrainConfig.to_dict` output."""
-    data = dict(data)
-    ppo = PPOConfig(**data.pop("ppo", {}))
+    """Rebuild a :class:`TrainConfig` from :meth:`TrainConfig.to_dict` output; keys that are not settings
+    (a run's config.json also records versions and hardware) are ignored."""
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    data = {k: v for k, v in data.items() if k in known}
+    ppo_known = {f.name for f in dataclasses.fields(PPOConfig)}
+    ppo = PPOConfig(**{k: v for k, v in data.pop("ppo", {}).items() if k in ppo_known})
     tuples = {"seeds", "hidden_sizes"}
     paths = {"output", "resume"}
     values = {k: (tuple(v) if k in tuples else Path(v) if k in paths and v is not None else v)

@@ -42,6 +42,23 @@ def _saved_config(run_dir: Path) -> TrainConfig:
     return config_from_dict(payload["config"])
 
 
+def _file_config(path: Path) -> TrainConfig:
+    import json
+
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"--config {path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict) or "env" not in data:
+        raise ValueError(f"--config {path}: not a training configuration (no 'env' key)")
+    try:
+        return dataclasses.replace(config_from_dict(data), config=path)
+    except TypeError as e:
+        raise ValueError(f"--config {path}: {e}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, then train (or resume) every seed; see the module docstring for exit codes."""
     from rl_gpu.checkpoint import CheckpointError
@@ -55,6 +72,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             default = _saved_config(Path(resume_dir))
         except (ValueError, CheckpointError) as e:
             fail(PROG, str(e))
+    elif _flag_value(args, "--config") is not None:
+        try:
+            default = _file_config(Path(_flag_value(args, "--config")))
+        except ValueError as e:
+            fail(PROG, str(e))
+        if default.env not in registered_ids():
+            fail(PROG, f"unknown environment {default.env!r}; known: {', '.join(registered_ids())}")
     else:
         env_id = _flag_value(args, "--env") or DEFAULT_ENV
         if env_id not in registered_ids():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import shutil
 import signal
 import time
@@ -283,7 +284,7 @@ class Trainer:
         if not (self.run_dir / "config.json").exists():
             atomic_write_json(self.run_dir / "config.json", {
                 **cfg.to_dict(), "seed": self.seed, "num_steps_resolved": self.num_steps,
-                "device_resolved": str(self.device), "torch_version": torch.__version__,
+                "run_environment": run_environment(self.device),
             })
         if self.baseline is None:
             self.baseline = self.evaluate(self.initial_policy, cfg.eval_episodes, "validation")
@@ -426,6 +427,31 @@ class Trainer:
             self.log("\n".join(lines))
         atomic_write_json(self.run_dir / "summary.json", summary)
         return summary
+
+
+def run_environment(device: torch.device) -> dict:
+    """Versions, device and hardware, recorded in each run's config.json."""
+    import platform
+    from importlib import metadata
+
+    versions = {}
+    for package in ("rl-gpu", "torch", "numpy", "gymnasium", "tyro"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    info = {"device": str(device), "python": platform.python_version(), "platform": platform.platform(),
+            "cpu": cpu, "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "cuda": torch.version.cuda, "packages": versions}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
 
 
 def check_env_id(env_id: str) -> None:

@@ -163,3 +163,23 @@ def test_top_level_help_and_unknown_command():
     assert ok.returncode == 0 and "train" in ok.stdout and "evaluate" in ok.stdout
     bad = run("-m", "rl_gpu", "fly")
     assert bad.returncode == 2 and "unknown command" in bad.stderr
+
+
+def test_config_file_repeats_a_run_exactly(tmp_path):
+    args = ["--env", "CartPole-v1", "--device", "cpu", "--num-envs", "16", "--num-steps", "16", "--max-updates", "3",
+            "--eval-every", "3", "--eval-episodes", "8", "--final-eval-episodes", "8", "--solve-threshold", "1e9"]
+    first = run("-m", "rl_gpu.train", "--output", str(tmp_path / "a"), *args)
+    assert first.returncode == 1, first.stderr
+    saved = tmp_path / "a" / "seed-11" / "config.json"
+    recorded = json.loads(saved.read_text())
+    assert torch.__version__.startswith(recorded["run_environment"]["packages"]["torch"])
+    again = run("-m", "rl_gpu.train", "--config", str(saved), "--output", str(tmp_path / "b"))
+    assert again.returncode == 1, again.stderr
+
+    def losses(d):
+        return [json.loads(x)["loss"] for x in (d / "seed-11" / "metrics.jsonl").read_text().splitlines()]
+
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert "not valid JSON" in _one_line_error(run("-m", "rl_gpu.train", "--config", str(bad)))
