@@ -32,7 +32,8 @@ class StepResult(NamedTuple):
     """What one ``reset`` or ``step`` returns. Every field has leading dimension N.
 
     The flags describe the transition just taken; ``obs``, ``action_mask`` and ``current_player`` describe
-    the state the next action is chosen in (after auto-reset).
+    the state the next action is chosen in (after auto-reset). Fields may share memory with the environment's
+    state (no copies on the hot path): treat them as read-only and ``clone()`` before modifying one in place.
     """
 
     obs: Tensor
@@ -137,7 +138,11 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         self.state: EnvState[Inner] = self._fresh_state(self._sample_initial_state(num_envs, self.generator))
 
     def seed(self, seed: int | None) -> None:
-        """Re-seed the reset randomness (None draws a seed from torch's global generator)."""
+        """Re-seed the reset randomness (None draws a seed from torch's global generator).
+
+        torch's CPU generator keeps only the low 32 bits of a seed, so on the CPU seeds that differ by a
+        multiple of 2**32 give the same stream; CUDA generators use all 64 bits.
+        """
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.generator.manual_seed(int(seed))
@@ -269,8 +274,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
                 raise ValueError(f"continuous action must be a float tensor, got {action.dtype}")
             if action.device != self.device:
                 raise ValueError(f"action is on {action.device}, the environments are on {self.device}")
-            if self.validate_actions and not bool(torch.isfinite(action).all()):
-                raise ValueError("action contains NaN or inf")
+            if self.validate_actions and not bool(torch.isfinite(action.float()).all()):
+                raise ValueError("action contains NaN or inf (or a value beyond float32's range)")
             return
         if action.shape != (self.num_envs,):
             raise ValueError(f"action must have shape ({self.num_envs},), got {tuple(action.shape)}")

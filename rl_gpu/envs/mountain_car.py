@@ -231,7 +231,10 @@ class MountainCarContinuousEnv(TensorEnv[ContinuousMountainCarState]):
             position.float().double(), velocity.float().double(), torch.ones_like(s.stepped)
         )
         reward = p.goal_reward * terminated.double() - a.double().square() * p.action_cost
-        return nxt, reward.float(), terminated
+        # Gymnasium charges the unclipped action; past |a| ~ 6e19 that cost overflows float32, so it saturates
+        # at float32's lowest finite value instead of becoming -inf.
+        lowest = torch.finfo(torch.float32).min
+        return nxt, reward.clamp(min=lowest).float(), terminated
 
     def _observe(self, s: ContinuousMountainCarState) -> Tensor:
         return torch.stack((s.position, s.velocity), dim=1).float()
