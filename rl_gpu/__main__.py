@@ -8,6 +8,9 @@ from typing import Sequence
 COMMANDS = {
     "train": "train with PPO, validate, keep the best checkpoint",
     "evaluate": "evaluate a checkpoint on fresh seeds",
+    "plot": "learning curves of runs as a PNG",
+    "export": "a checkpoint's policy as ONNX or TorchScript",
+    "bench": "throughput of env steps, rollouts and training over N (transitions/s)",
 }
 
 USAGE = "usage: rl-gpu {" + ",".join(COMMANDS) + "} [--help] ...\n\n" + "\n".join(
@@ -25,6 +28,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rl_gpu.train import main as run
     elif command == "evaluate":
         from rl_gpu.evaluate import main as run
+    elif command == "plot":
+        from rl_gpu.plot import main as run
+    elif command == "export":
+        from rl_gpu.export import main as run
+    elif command == "bench":
+        from rl_gpu.bench import main as run
     else:
         print(f"rl-gpu: error: unknown command {command!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2

@@ -60,6 +60,10 @@ class TrainConfig:
     """auto: CUDA when available, else CPU"""
     threads: int = 1
     """torch intra-op CPU threads (1 was never much slower on 2-core machines and avoided 10-100x stalls)"""
+    compile: Literal["auto", "off", "inductor", "cudagraphs"] = "auto"
+    """hot loop: off = eager; inductor = torch.compile the rollout step, GAE and minibatch loss (first update
+    pays the compile time); cudagraphs = inductor + each rollout and each update replayed as one CUDA graph
+    (CUDA only); auto = cudagraphs on CUDA, off on CPU (measured: benchmarks/README.md)"""
     overwrite: bool = False
     """replace an existing run directory instead of refusing"""
     config: Path | None = None
@@ -178,15 +182,18 @@ PRESETS: dict[str, dict] = {
 
 
 def preset_config(env_id: str) -> TrainConfig:
-    """The default configuration for ``env_id`` (the global defaults for an id without a preset)."""
-    preset = dict(PRESETS.get(env_id, {}))
+    """The default configuration for ``env_id`` (the global defaults for an id without a preset).
+
+    ``gym:X`` takes ``X``'s preset when there is one: the same task, stepped by Gymnasium on the host.
+    """
+    preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), {})))
     ppo = PPOConfig(**preset.pop("ppo", {}))
     return TrainConfig(env=env_id, ppo=ppo, **preset)
 
 
 RESUMABLE_CHANGES = frozenset(
-    {"max_updates", "device", "threads", "log_every", "checkpoint_every", "final_eval_episodes", "resume",
-     "overwrite", "output", "seeds", "config"}
+    {"max_updates", "device", "threads", "compile", "log_every", "checkpoint_every", "final_eval_episodes",
+     "resume", "overwrite", "output", "seeds", "config"}
 )
 """Fields that may differ from the saved configuration when a run is resumed."""
 

@@ -62,7 +62,7 @@ def load_policy(path: Path, device: torch.device):
 
 def main(argv: Sequence[str] | None = None) -> int:
     from rl_gpu.checkpoint import CheckpointError
-    from rl_gpu.envs.registry import make, registered_ids
+    from rl_gpu.envs.registry import is_known, make
     from rl_gpu.evaluation import derive_seed, evaluate_policy
     from rl_gpu.policy import UniformRandomPolicy
     from rl_gpu.trainer import UsageError, resolve_device
@@ -73,13 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         device = resolve_device(config.device)
         policy, payload = load_policy(config.checkpoint, device)
         env_id = payload.get("env_id")
-        if env_id not in registered_ids():
+        if not is_known(env_id):
             raise CheckpointError(f"{config.checkpoint}: made for unknown environment {env_id!r}")
 
         def make_env(n: int, seed: int):
             return make(env_id, num_envs=n, device=device, seed=seed, validate_actions=False)
 
-        probe = make_env(1, 0)
+        try:
+            probe = make_env(1, 0)
+        except ImportError as e:
+            raise UsageError(str(e)) from None
         if policy.obs_dim != probe.obs_shape[0]:
             raise CheckpointError(f"{config.checkpoint}: policy observes {policy.obs_dim} values, "
                                   f"{env_id} gives {probe.obs_shape[0]}")

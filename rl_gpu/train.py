@@ -62,7 +62,7 @@ def _file_config(path: Path) -> TrainConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags, then train (or resume) every seed; see the module docstring for exit codes."""
     from rl_gpu.checkpoint import CheckpointError
-    from rl_gpu.envs.registry import registered_ids
+    from rl_gpu.envs.registry import is_known, registered_ids
     from rl_gpu.trainer import EXIT_GOAL_NOT_MET, EXIT_NUMERICAL, UsageError, resume, train
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -77,12 +77,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             default = _file_config(Path(_flag_value(args, "--config")))
         except ValueError as e:
             fail(PROG, str(e))
-        if default.env not in registered_ids():
-            fail(PROG, f"unknown environment {default.env!r}; known: {', '.join(registered_ids())}")
+        if not is_known(default.env):
+            fail(PROG, f"unknown environment {default.env!r}; known: {', '.join(registered_ids())}, or gym:<any Gymnasium id>")
     else:
         env_id = _flag_value(args, "--env") or DEFAULT_ENV
-        if env_id not in registered_ids():
-            fail(PROG, f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}")
+        if not is_known(env_id):
+            fail(PROG, f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}, or gym:<any Gymnasium id>")
         default = preset_config(env_id)
     config = parse(TrainConfig, PROG, args, default=default, description=TrainConfig.__doc__)
     try:

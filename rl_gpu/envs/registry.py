@@ -17,6 +17,24 @@ from rl_gpu.envs.base import TensorEnv
 _registry: dict[str, type[TensorEnv] | str] = {}
 _imported: dict[str, type[TensorEnv]] = {}
 
+PREFIXES: dict[str, str] = {"gym:": "rl_gpu.envs.gymnasium_env:GymnasiumEnv"}
+"""Id prefixes that name a family of environments rather than one id: ``"gym:<any Gymnasium id>"`` builds
+``GymnasiumEnv("<id>", num_envs, device=..., seed=..., max_episode_steps=..., **kwargs)``."""
+
+
+def _prefixed(env_id: object) -> tuple[str, str] | None:
+    """``(entry point, rest of the id)`` when ``env_id`` starts with a registered prefix."""
+    if isinstance(env_id, str):
+        for prefix, entry in PREFIXES.items():
+            if env_id.startswith(prefix) and len(env_id) > len(prefix):
+                return entry, env_id[len(prefix):]
+    return None
+
+
+def _load(entry: str):
+    module_name, class_name = entry.split(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
 
 def register(env_id: str, cls: type[TensorEnv] | str, *, override: bool = False) -> None:
     """Register ``cls`` (a ``TensorEnv`` subclass, or ``"package.module:ClassName"`` imported lazily) as
@@ -39,21 +57,31 @@ def registered_ids() -> tuple[str, ...]:
     return tuple(sorted(_registry))
 
 
+def is_known(env_id: str) -> bool:
+    """True for a registered id or a prefixed one (``"gym:..."``; the rest is checked when it is built)."""
+    return _prefixed(env_id) is not None or env_id in _registry
+
+
 def env_class(env_id: str) -> type[TensorEnv]:
-    """The class registered as ``env_id`` (importing it if registered by name)."""
+    """The class registered as ``env_id`` (importing it if registered by name); for a prefixed id such as
+    ``"gym:CartPole-v1"``, the class of its family (:data:`PREFIXES`)."""
+    prefixed = _prefixed(env_id)
+    if prefixed is not None:
+        return _load(prefixed[0])
     try:
         cls = _registry[env_id]
     except (KeyError, TypeError):
         close = difflib.get_close_matches(str(env_id), _registry, n=3)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        families = ", ".join(f"{prefix}<any Gymnasium id>" for prefix in PREFIXES)
         raise ValueError(
-            f"unknown environment id {env_id!r}.{hint} Registered ids: {', '.join(registered_ids())}"
+            f"unknown environment id {env_id!r}.{hint} "
+            f"Registered ids: {', '.join(registered_ids())}, {families}"
         ) from None
     if isinstance(cls, type):
         return cls
     if env_id not in _imported:
-        module_name, class_name = cls.split(":")
-        imported = getattr(importlib.import_module(module_name), class_name)
+        imported = _load(cls)
         if not (isinstance(imported, type) and issubclass(imported, TensorEnv)):
             raise TypeError(f"{cls!r} (registered as {env_id!r}) is not a TensorEnv subclass")
         _imported[env_id] = imported
@@ -73,12 +101,18 @@ def make(
 
     ``kwargs`` go to the class (``autoreset``, ``validate_actions``, and environment parameters such as
     ``g`` for Pendulum-v1, as ``gymnasium.make`` takes them). ``max_episode_steps`` replaces the class's time
-    limit for this instance. Unknown ids raise ``ValueError`` listing the registered ones.
+    limit for this instance. Unknown ids raise ``ValueError`` listing the registered ones. ``"gym:<id>"``
+    wraps Gymnasium's ``<id>`` (:class:`rl_gpu.envs.gymnasium_env.GymnasiumEnv`; ``kwargs`` go to it).
     """
     cls = env_class(env_id)
     steps = max_episode_steps
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0):
         raise ValueError(f"max_episode_steps must be a positive int, got {max_episode_steps!r}")
+    prefixed = _prefixed(env_id)
+    if prefixed is not None:
+        return cls(
+            prefixed[1], num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, **kwargs
+        )
     env = cls(num_envs, device=device, seed=seed, **kwargs)
     if max_episode_steps is not None:
         env.max_episode_steps = max_episode_steps

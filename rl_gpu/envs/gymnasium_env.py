@@ -1,0 +1,313 @@
+"""Any Gymnasium environment as a batch that rl_gpu's collector and trainer use: ``make("gym:<id>", ...)``.
+
+The environments themselves run on the host through Gymnasium's vector API; what crosses to the device is one
+packed float32 array per step (observation, pre-reset observation, reward, flags and episode statistics), so
+the policy, the rollout and the update stay on the device. Actions come back with one device-to-host copy.
+
+Gymnasium's ``TimeLimit`` sets ``truncated`` even when the last step also terminates; the rl_gpu contract
+never sets both, and a terminal state must not be bootstrapped, so ``truncated`` here is ``truncated and not
+terminated``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rl_gpu.envs.base import StepResult
+
+try:
+    import gymnasium
+    from gymnasium import spaces
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+except ImportError:  # pragma: no cover - exercised only without the optional dependency
+    gymnasium = None
+
+VECTORIZATION_MODES = ("sync", "async")
+
+
+def _require_gymnasium() -> None:
+    if gymnasium is None or not hasattr(gymnasium.vector, "AutoresetMode"):
+        raise ImportError(
+            "gym: environments need gymnasium >= 1.1 (pip install 'rl-gpu[gym]'); "
+            f"found {getattr(gymnasium, '__version__', 'none')}"
+        )
+
+
+class GymnasiumEnv:
+    """A Gymnasium environment id (or an existing Gymnasium ``VectorEnv``) behind the surface of
+    :class:`~rl_gpu.envs.base.TensorEnv` that :func:`rl_gpu.rollout.collect` and the trainer use.
+
+    Every :class:`~rl_gpu.envs.base.StepResult` field is a tensor on ``device`` with the contract's dtypes;
+    finished rows are reset in the same step and ``final_obs`` keeps the observation they finished in. With an
+    id the vector environment is built with ``autoreset_mode=SAME_STEP``; a given vector environment in
+    ``NEXT_STEP`` or ``DISABLED`` mode is reset row-wise right after the step that finished a row (Gymnasium's
+    ``reset_mask``), which gives the same transitions as ``SAME_STEP``.
+
+    Observation spaces: ``Box`` (cast to float32) and ``Discrete`` (one-hot). Action spaces: ``Discrete`` and
+    1-D ``Box``.
+
+    Args:
+        env: a Gymnasium id such as ``"CartPole-v1"``, or a ``gymnasium.vector.VectorEnv``.
+        num_envs: N (an id only; a vector environment brings its own).
+        device: where the tensors go.
+        seed: seeds the first reset (sub-environment ``i`` gets ``seed + i``, as Gymnasium does).
+        max_episode_steps: replaces the id's time limit (an id only).
+        vectorization_mode: ``"sync"`` (default: on a few cores the sub-process round trips of ``"async"``
+            cost more than they save for cheap environments) or ``"async"``.
+        clip_actions: clip continuous actions to the action space's bounds before stepping, as Gymnasium's
+            ``ClipAction`` does (the rl_gpu contract: environments accept out-of-bounds actions).
+        validate_actions: check action ranges (and NaN) on the host copy of the actions.
+        **env_kwargs: passed to the environment's constructor (``gymnasium.make_vec``).
+    """
+
+    num_players = 1
+
+    def __init__(
+        self,
+        env: str | VectorEnv,
+        num_envs: int | None = None,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        *,
+        max_episode_steps: int | None = None,
+        vectorization_mode: str = "sync",
+        clip_actions: bool = True,
+        validate_actions: bool = True,
+        **env_kwargs: Any,
+    ) -> None:
+        _require_gymnasium()
+        if isinstance(env, str):
+            if num_envs is None:
+                num_envs = 1
+            if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
+                raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+            if vectorization_mode not in VECTORIZATION_MODES:
+                raise ValueError(
+                    f"vectorization_mode must be one of {VECTORIZATION_MODES}, got {vectorization_mode!r}"
+                )
+            if max_episode_steps is not None:
+                env_kwargs["max_episode_steps"] = max_episode_steps
+            try:
+                vec = gymnasium.make_vec(
+                    env, num_envs, vectorization_mode=vectorization_mode,
+                    vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **env_kwargs,
+                )
+            except gymnasium.error.Error as e:
+                raise ValueError(f"gymnasium could not make {env!r}: {e}") from None
+            self.env_id = env
+        elif isinstance(env, VectorEnv):
+            if env_kwargs or max_episode_steps is not None:
+                raise ValueError(
+                    "max_episode_steps and environment arguments apply to an id, not to a built VectorEnv"
+                )
+            if num_envs is not None and num_envs != env.num_envs:
+                raise ValueError(f"num_envs={num_envs} but the VectorEnv has {env.num_envs}")
+            vec = env
+            self.env_id = getattr(env.spec, "id", None) or type(env.unwrapped).__name__
+        else:
+            raise TypeError(
+                f"env must be a Gymnasium id or a gymnasium.vector.VectorEnv, got {type(env).__name__}"
+            )
+        self.vec = vec
+        self.num_envs = vec.num_envs
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.clip_actions = clip_actions
+        self.validate_actions = validate_actions
+        self.autoreset_mode = vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        if self.autoreset_mode != AutoresetMode.SAME_STEP and not isinstance(
+            vec.unwrapped, (SyncVectorEnv, AsyncVectorEnv)
+        ):
+            raise ValueError(
+                f"{type(vec.unwrapped).__name__} uses autoreset mode {self.autoreset_mode}: rows can only be "
+                "reset in the step that finishes them with AutoresetMode.SAME_STEP or a Sync/AsyncVectorEnv"
+            )
+        spec = getattr(vec, "spec", None)
+        self.max_episode_steps: int | None = (
+            max_episode_steps if max_episode_steps is not None else getattr(spec, "max_episode_steps", None)
+        )
+        self._init_spaces(vec.single_observation_space, vec.single_action_space)
+        n = self.num_envs
+        self._mask = torch.ones(n, self.num_actions, dtype=torch.bool, device=self.device)
+        self._player = torch.zeros(n, dtype=torch.long, device=self.device)
+        self._return = np.zeros(n, dtype=np.float64)
+        self._length = np.zeros(n, dtype=np.int64)
+        self._last: StepResult | None = None
+        self.reset(seed)
+
+    def _init_spaces(self, obs_space: Any, action_space: Any) -> None:
+        if isinstance(obs_space, spaces.Box):
+            self.obs_shape: tuple[int, ...] = tuple(int(d) for d in obs_space.shape)
+            self.obs_low = tuple(float(v) for v in np.asarray(obs_space.low, dtype=np.float64).ravel())
+            self.obs_high = tuple(float(v) for v in np.asarray(obs_space.high, dtype=np.float64).ravel())
+            self._one_hot = 0
+        elif isinstance(obs_space, spaces.Discrete):
+            self.obs_shape = (int(obs_space.n),)
+            self.obs_low, self.obs_high = (0.0,) * obs_space.n, (1.0,) * obs_space.n
+            self._one_hot = int(obs_space.n)
+            self._obs_start = int(obs_space.start)
+        else:
+            raise ValueError(
+                f"{self.env_id}: observation space {obs_space} is not supported (Box or Discrete)"
+            )
+        self._obs_size = math.prod(self.obs_shape)
+        if isinstance(action_space, spaces.Discrete):
+            self.num_actions = int(action_space.n)
+            self.action_shape: tuple[int, ...] = ()
+            self.action_low: tuple[float, ...] = ()
+            self.action_high: tuple[float, ...] = ()
+            self._action_start = int(action_space.start)
+        elif isinstance(action_space, spaces.Box) and len(action_space.shape) == 1:
+            self.num_actions = 0
+            self.action_shape = tuple(int(d) for d in action_space.shape)
+            self.action_low = tuple(float(v) for v in action_space.low)
+            self.action_high = tuple(float(v) for v in action_space.high)
+            self._action_dtype = action_space.dtype
+        else:
+            raise ValueError(
+                f"{self.env_id}: action space {action_space} is not supported (Discrete or 1-D Box)"
+            )
+
+    @property
+    def is_continuous(self) -> bool:
+        """True when actions are ``[N, D]`` float vectors rather than ``[N]`` integer indices."""
+        return len(self.action_shape) > 0
+
+    @property
+    def reward_shape(self) -> tuple[int, ...]:
+        """``(N,)``: one player."""
+        return (self.num_envs,)
+
+    def _flat_obs(self, obs: np.ndarray) -> np.ndarray:
+        """``[N, prod(O)]`` float32 observations (one-hot for ``Discrete`` spaces)."""
+        if self._one_hot:
+            return np.eye(self._one_hot, dtype=np.float32)[np.asarray(obs).astype(np.int64) - self._obs_start]
+        return np.asarray(obs, dtype=np.float32).reshape(self.num_envs, self._obs_size)
+
+    def _transfer(
+        self, obs: np.ndarray, final_obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
+        truncated: np.ndarray, episode_return: np.ndarray, episode_length: np.ndarray,
+    ) -> StepResult:
+        """Pack every field into one flat float32 array, copy it to the device once and slice it there.
+
+        Each field is a contiguous segment, so the slices are contiguous views. Episode lengths travel as
+        float32, exact below 2**24 steps.
+        """
+        n, o = self.num_envs, self._obs_size
+        scalars = np.stack([reward, terminated, truncated, episode_return, episode_length]).astype(np.float32)
+        host = np.concatenate(
+            [self._flat_obs(obs).ravel(), self._flat_obs(final_obs).ravel(), scalars.ravel()]
+        )
+        packed = torch.from_numpy(host).to(self.device)
+        scalars = packed[2 * n * o:].view(5, n)
+        return StepResult(
+            obs=packed[: n * o].view(n, *self.obs_shape),
+            reward=scalars[0],
+            terminated=scalars[1].bool(),
+            truncated=scalars[2].bool(),
+            final_obs=packed[n * o: 2 * n * o].view(n, *self.obs_shape),
+            action_mask=self._mask,
+            current_player=self._player,
+            episode_return=scalars[3],
+            episode_length=scalars[4].long(),
+        )
+
+    def reset(self, seed: int | None = None) -> StepResult:
+        """Start a new episode in every row (sub-environment ``i`` seeded with ``seed + i`` when given)."""
+        obs, _ = self.vec.reset(seed=seed)
+        self._return[:] = 0.0
+        self._length[:] = 0
+        no = np.zeros(self.num_envs, dtype=bool)
+        self._last = self._transfer(obs, obs, np.zeros(self.num_envs), no, no, self._return, self._length)
+        return self._last
+
+    def observe(self) -> StepResult:
+        """The current observations as a zero-reward :class:`StepResult` (no transition, no copy).
+
+        As in every result, ``episode_return`` and ``episode_length`` mean something only where a row is done,
+        and here none is.
+        """
+        last = self._last
+        no = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        return last._replace(
+            reward=torch.zeros_like(last.reward), terminated=no, truncated=no, final_obs=last.obs
+        )
+
+    def _host_action(self, action: Tensor) -> np.ndarray:
+        if not isinstance(action, Tensor):
+            raise TypeError(f"action must be a torch.Tensor, got {type(action).__name__}")
+        if action.device != self.device:
+            raise ValueError(f"action is on {action.device}, the environments are on {self.device}")
+        if self.is_continuous:
+            expected = (self.num_envs, *self.action_shape)
+            if tuple(action.shape) != expected:
+                raise ValueError(f"action must have shape {expected}, got {tuple(action.shape)}")
+            if not action.is_floating_point():
+                raise ValueError(f"continuous action must be a float tensor, got {action.dtype}")
+            host = action.detach().cpu().numpy()
+            if self.validate_actions and not np.isfinite(host).all():
+                raise ValueError("action contains NaN or inf")
+            if self.clip_actions:
+                host = np.clip(host, self.action_low, self.action_high)
+            return host.astype(self._action_dtype, copy=False)
+        if tuple(action.shape) != (self.num_envs,):
+            raise ValueError(f"action must have shape ({self.num_envs},), got {tuple(action.shape)}")
+        if action.is_floating_point() or action.is_complex() or action.dtype == torch.bool:
+            raise ValueError(f"action must be an integer tensor (int64 preferred), got {action.dtype}")
+        host = action.detach().cpu().numpy().astype(np.int64)
+        if self.validate_actions:
+            bad = (host < 0) | (host >= self.num_actions)
+            if bad.any():
+                row = int(bad.argmax())
+                raise ValueError(f"action out of range in env {row}: {int(host[row])} "
+                                 f"(allowed 0..{self.num_actions - 1})")
+        return host + self._action_start
+
+    def step(self, action: Tensor) -> StepResult:
+        """Advance every row by one action; finished rows restart in the same call."""
+        obs, reward, terminated, truncated, infos = self.vec.step(self._host_action(action))
+        terminated = np.asarray(terminated, dtype=bool)
+        truncated = np.asarray(truncated, dtype=bool) & ~terminated
+        done = terminated | truncated
+        reward = np.asarray(reward, dtype=np.float64)
+        self._return += reward
+        self._length += 1
+        episode_return, episode_length = self._return.copy(), self._length.copy()
+        final_obs = obs
+        if done.any():
+            if self.autoreset_mode == AutoresetMode.SAME_STEP:
+                final_obs = np.array(obs, copy=True)
+                finished = infos.get("_final_obs", done)
+                for i in np.flatnonzero(finished):
+                    final_obs[i] = infos["final_obs"][i]
+            else:
+                # NEXT_STEP / DISABLED: ``obs`` is where the rows finished; reset just those rows now.
+                final_obs = np.array(obs, copy=True)
+                reset_obs, _ = self.vec.reset(options={"reset_mask": done.copy()})
+                obs = np.array(obs, copy=True)
+                obs[done] = np.asarray(reset_obs)[done]
+            self._return[done] = 0.0
+            self._length[done] = 0
+        self._last = self._transfer(
+            obs, final_obs, reward, terminated, truncated, episode_return, episode_length
+        )
+        return self._last
+
+    def close(self) -> None:
+        """Close the Gymnasium vector environment (and its worker processes in ``async`` mode)."""
+        self.vec.close()
+
+    def __enter__(self) -> GymnasiumEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"GymnasiumEnv({self.env_id!r}, num_envs={self.num_envs}, device={str(self.device)!r})"

@@ -1,0 +1,248 @@
+"""``rl-gpu export``: a checkpoint's policy as a deployable ONNX or TorchScript model.
+
+The exported model maps observations to the policy's deterministic action, with nothing of rl_gpu needed to
+run it:
+
+- inputs: ``obs`` ``[N, O]`` float32 and, for discrete policies, ``action_mask`` ``[N, A]`` bool
+  (True = legal). The mask is optional: in ONNX it is an input with a default value (an all-True ``[1, A]``
+  initializer that broadcasts; onnxruntime lists it under ``get_overridable_initializers()``), in TorchScript
+  an optional argument.
+- output: ``action``, ``[N]`` int64 (the most probable legal action) or ``[N, D]`` float32 (the Gaussian's
+  mean, unclipped, as the training environments received it; they clip to their bounds).
+
+Observation normalisation is part of the model: ``(obs - mean) * rsqrt(var + eps)`` clipped to ``±clip``, with
+the checkpoint's running statistics as constants, computed with the same float64-to-float32 casts as
+:class:`rl_gpu.policy.RunningMeanStd`, so the exported action equals ``policy.act(obs, mask,
+deterministic=True).action``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import io
+import json
+import logging
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+import tyro
+from torch import Tensor, nn
+
+from rl_gpu.cli import fail, parse
+
+PROG = "rl-gpu export"
+FORMATS = ("onnx", "torchscript")
+SUFFIXES = {".onnx": "onnx", ".pt": "torchscript", ".pth": "torchscript", ".ts": "torchscript"}
+LOWEST_FLOAT32 = float(torch.finfo(torch.float32).min)
+"""Masked logits get the lowest finite float32, as :func:`rl_gpu.distributions.mask_logits` does."""
+
+
+class ExportError(ValueError):
+    """The policy could not be exported: reported as one line, exit code 2."""
+
+
+class DeterministicPolicy(nn.Module):
+    """``obs [N, O]`` (and an optional ``action_mask [N, A]``) -> deterministic action, self-contained.
+
+    Built from copies of an :class:`~rl_gpu.policy.ActorCritic` or :class:`~rl_gpu.policy.GaussianActorCritic`
+    on the CPU in float32; the policy given is neither moved nor modified.
+    """
+
+    def __init__(self, policy: nn.Module) -> None:
+        super().__init__()
+        if not hasattr(policy, "actor") or not hasattr(policy, "is_continuous"):
+            raise ExportError(
+                f"cannot export a {type(policy).__name__}: expected an rl_gpu actor-critic policy"
+            )
+        self.actor = copy.deepcopy(policy.actor).cpu().float().eval()
+        self.discrete = not bool(policy.is_continuous)
+        self.masked_logit = LOWEST_FLOAT32
+        self.obs_dim = int(policy.obs_dim)
+        self.num_actions = int(policy.num_actions) if self.discrete else 0
+        self.action_dim = 0 if self.discrete else int(policy.action_dim)
+        rms = getattr(policy, "obs_rms", None)
+        self.normalize = rms is not None and float(rms.count) > 0
+        if self.normalize:
+            mean = rms.mean.detach().cpu()
+            scale = torch.rsqrt(rms.var.detach().cpu() + rms.epsilon)
+            self.clip = float(rms.clip)
+        else:
+            mean, scale = torch.zeros(self.obs_dim), torch.ones(self.obs_dim)
+            self.clip = 0.0
+        self.register_buffer("obs_mean", mean.float().clone())
+        self.register_buffer("obs_scale", scale.float().clone())
+        for parameter in self.parameters():
+            parameter.requires_grad_(False)
+
+    def forward(self, obs: Tensor, action_mask: Tensor | None = None) -> Tensor:
+        """The deterministic action for each row of ``obs``."""
+        x = obs
+        if self.normalize:
+            x = ((x - self.obs_mean) * self.obs_scale).clamp(-self.clip, self.clip)
+        out = self.actor(x)
+        if not self.discrete:
+            return out
+        if action_mask is not None:
+            out = out.masked_fill(~action_mask, self.masked_logit)
+        return out.argmax(-1)
+
+    def describe(self) -> dict:
+        """Inputs, output and sizes, stored with the exported model as metadata."""
+        info = {"obs": ["N", self.obs_dim, "float32"], "normalized_obs": self.normalize}
+        if self.discrete:
+            info["action_mask"] = ["N", self.num_actions, "bool", "optional, default all legal"]
+            info["action"] = ["N", "int64"]
+        else:
+            info["action"] = ["N", self.action_dim, "float32", "Gaussian mean, unclipped"]
+        return info
+
+
+def _example(model: DeterministicPolicy) -> tuple[Tensor, ...]:
+    # Batch 2: a traced batch of 1 would be specialised to exactly 1.
+    obs = torch.randn(2, model.obs_dim)
+    if model.discrete:
+        return obs, torch.ones(2, model.num_actions, dtype=torch.bool)
+    return (obs,)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the exporters' progress prints, warnings and log lines (none of them concern the user)."""
+    onnx_logger = logging.getLogger("torch.onnx")
+    level = onnx_logger.level
+    onnx_logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        onnx_logger.setLevel(level)
+
+
+def to_onnx_bytes(policy: nn.Module, metadata: dict | None = None, dynamo: bool | None = None) -> bytes:
+    """The serialised ONNX model of ``policy``'s deterministic action (see the module docstring).
+
+    ``dynamo`` picks torch's exporter: the ``torch.export``-based one (needs ``onnxscript``) or the legacy
+    TorchScript-based one; None uses the first when ``onnxscript`` is installed.
+    """
+    try:
+        import numpy as np
+        import onnx
+        from onnx import numpy_helper
+    except ImportError:
+        raise ExportError("ONNX export needs onnx (pip install 'rl-gpu[export]')") from None
+    model = DeterministicPolicy(policy)
+    example = _example(model)
+    names = ["obs", "action_mask"][: len(example)]
+    if dynamo is None:
+        dynamo = importlib.util.find_spec("onnxscript") is not None
+    with _quiet():
+        if dynamo:
+            batch = torch.export.Dim("batch")
+            program = torch.onnx.export(
+                model, example, None, input_names=names, output_names=["action"], dynamo=True,
+                dynamic_shapes={name: {0: batch} for name in names}, verbose=False,
+            )
+            proto = program.model_proto
+        else:
+            buffer = io.BytesIO()
+            torch.onnx.export(
+                model, example, buffer, input_names=names, output_names=["action"], dynamo=False,
+                dynamic_axes={name: {0: "batch"} for name in names + ["action"]}, opset_version=17,
+            )
+            proto = onnx.load_from_string(buffer.getvalue())
+    if model.discrete:
+        # An initializer named like a graph input is that input's default value: the mask becomes optional.
+        default = np.ones((1, model.num_actions), dtype=np.bool_)
+        proto.graph.initializer.append(numpy_helper.from_array(default, name="action_mask"))
+    info = {**model.describe(), **(metadata or {})}
+    for key, value in info.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = f"rl_gpu.{key}", json.dumps(value)
+    onnx.checker.check_model(proto)
+    return proto.SerializeToString()
+
+
+def to_torchscript_bytes(policy: nn.Module, metadata: dict | None = None) -> bytes:
+    """The serialised TorchScript module of ``policy``'s deterministic action; ``metadata`` (and the
+    input/output description) travel as the extra file ``rl_gpu.json``."""
+    model = DeterministicPolicy(policy)
+    with _quiet():
+        scripted = torch.jit.script(model)
+        buffer = io.BytesIO()
+        extra = {"rl_gpu.json": json.dumps({**model.describe(), **(metadata or {})})}
+        torch.jit.save(scripted, buffer, _extra_files=extra)
+    return buffer.getvalue()
+
+
+def export_policy(policy: nn.Module, output: Path, fmt: str, metadata: dict | None = None) -> Path:
+    """Write ``policy``'s deployable model to ``output`` atomically, as ``fmt`` (onnx or torchscript)."""
+    from rl_gpu.checkpoint import atomic_write_bytes
+
+    if fmt == "onnx":
+        data = to_onnx_bytes(policy, metadata)
+    elif fmt == "torchscript":
+        data = to_torchscript_bytes(policy, metadata)
+    else:
+        raise ExportError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+    atomic_write_bytes(Path(output), data)
+    return Path(output)
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Export a checkpoint's policy as a deployable model: observations -> deterministic action."""
+
+    checkpoint: tyro.conf.Positional[Path]
+    """checkpoint file written by `rl-gpu train` (best.pt or last.pt)"""
+    output: Path
+    """file to write"""
+    format: Literal["onnx", "torchscript"] | None = None
+    """model format (default: from the output's suffix, .onnx or .pt/.pth/.ts)"""
+
+    def resolved_format(self) -> str:
+        if self.format is not None:
+            return self.format
+        fmt = SUFFIXES.get(self.output.suffix.lower())
+        if fmt is None:
+            raise ValueError(
+                f"cannot tell the format from {self.output.name!r}: pass --format onnx or torchscript"
+            )
+        return fmt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags and export; exit 2 with a one-line error for a bad checkpoint or missing packages."""
+    from rl_gpu.checkpoint import CheckpointError
+    from rl_gpu.evaluate import load_policy
+
+    config = parse(ExportConfig, PROG, argv, description=ExportConfig.__doc__)
+    try:
+        fmt = config.resolved_format()
+        policy, payload = load_policy(config.checkpoint, torch.device("cpu"))
+        metadata = {"env_id": payload.get("env_id"), "update": payload.get("update"),
+                    "global_step": payload.get("global_step"), "checkpoint": str(config.checkpoint)}
+        export_policy(policy, config.output, fmt, metadata)
+    except (CheckpointError, ExportError, ValueError, OSError) as e:
+        fail(PROG, str(e))
+    model = DeterministicPolicy(policy)
+    inputs = f"obs [N, {model.obs_dim}] float32"
+    if model.discrete:
+        inputs += f", action_mask [N, {model.num_actions}] bool (optional)"
+        output = "action [N] int64"
+    else:
+        output = f"action [N, {model.action_dim}] float32"
+    print(f"wrote {config.output} ({fmt}): {inputs} -> {output}"
+          f"{'; observation normalisation included' if model.normalize else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

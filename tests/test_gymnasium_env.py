@@ -1,0 +1,217 @@
+"""``gym:<id>``: Gymnasium environments behind the rl_gpu surface, checked against Gymnasium itself."""
+
+import importlib.util
+import time
+
+import numpy as np
+import pytest
+import torch
+
+gymnasium = pytest.importorskip("gymnasium")
+pytest.importorskip("gymnasium.vector", reason="needs gymnasium >= 1.1").AutoresetMode  # noqa: B018
+
+from gymnasium import spaces  # noqa: E402
+from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
+
+from rl_gpu.envs.gymnasium_env import GymnasiumEnv  # noqa: E402
+from rl_gpu.envs.registry import env_class, is_known, make  # noqa: E402
+from rl_gpu.evaluation import evaluate_policy  # noqa: E402
+from rl_gpu.optimization import PPO, PPOConfig  # noqa: E402
+from rl_gpu.policy import policy_for_env  # noqa: E402
+from rl_gpu.rollout import collect  # noqa: E402
+
+
+class Countdown(gymnasium.Env):
+    """Observation = steps taken (Discrete), reward = step number; terminates after ``end`` steps. With
+    ``TimeLimit(end)`` its last step is both terminated and truncated."""
+
+    def __init__(self, end: int = 3, size: int = 8):
+        self.end = end
+        self.observation_space = spaces.Discrete(size)
+        self.action_space = spaces.Discrete(2, start=5)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = int(self.np_random.integers(0, 2))
+        self.start = self.t
+        return self.t, {}
+
+    def step(self, action):
+        assert action in (5, 6)
+        self.t += 1
+        return self.t, float(self.t), self.t - self.start >= self.end, False, {}
+
+
+gymnasium.register("RlGpuTest/Countdown-v0", entry_point=Countdown, max_episode_steps=3)
+
+
+def _reference(env_id, num_envs, seed, actions, **kwargs):
+    """Single Gymnasium environments stepped by hand with same-step reset: the semantics, spelled out."""
+    envs = [gymnasium.make(env_id, **kwargs) for _ in range(num_envs)]
+    for i, env in enumerate(envs):
+        env.reset(seed=seed + i)
+    out = []
+    for action in actions:
+        step = {k: [] for k in ("obs", "reward", "terminated", "truncated", "final_obs")}
+        for i, env in enumerate(envs):
+            o, r, term, trunc, _ = env.step(action[i])
+            step["final_obs"].append(o)
+            step["reward"].append(r)
+            step["terminated"].append(term)
+            step["truncated"].append(trunc and not term)
+            if term or trunc:
+                o, _ = env.reset()
+            step["obs"].append(o)
+        out.append({k: np.array(v) for k, v in step.items()})
+    return out
+
+
+def _vec(mode, env_id, num_envs, **kwargs):
+    if mode == "id":
+        return GymnasiumEnv(env_id, num_envs, seed=5, **kwargs)
+    if mode == "async":
+        return GymnasiumEnv(env_id, num_envs, seed=5, vectorization_mode="async", **kwargs)
+    autoreset = AutoresetMode.SAME_STEP if mode == "same-step" else AutoresetMode.NEXT_STEP
+    vec = SyncVectorEnv([lambda: gymnasium.make(env_id, **kwargs)] * num_envs, autoreset_mode=autoreset)
+    return GymnasiumEnv(vec, seed=5)
+
+
+@pytest.mark.parametrize("mode", ["id", "same-step", "next-step", "async"])
+def test_cartpole_transitions_equal_gymnasium(mode):
+    n, steps = 3, 120
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 2, size=(steps, n))
+    reference = _reference("CartPole-v1", n, 5, actions, max_episode_steps=15)
+    env = _vec(mode, "CartPole-v1", n, max_episode_steps=15)
+    try:
+        for action, ref in zip(actions, reference):
+            step = env.step(torch.as_tensor(action))
+            np.testing.assert_array_equal(step.obs.numpy(), ref["obs"].astype(np.float32))
+            np.testing.assert_array_equal(step.final_obs.numpy(), ref["final_obs"].astype(np.float32))
+            np.testing.assert_array_equal(step.reward.numpy(), ref["reward"].astype(np.float32))
+            np.testing.assert_array_equal(step.terminated.numpy(), ref["terminated"])
+            np.testing.assert_array_equal(step.truncated.numpy(), ref["truncated"])
+        assert sum(r["truncated"].sum() for r in reference) > 0
+        assert sum(r["terminated"].sum() for r in reference) > 0
+    finally:
+        env.close()
+
+
+def test_make_gym_prefix_surface_and_dtypes():
+    env = make("gym:CartPole-v1", num_envs=8, device="cpu", seed=1)
+    assert env_class("gym:CartPole-v1") is GymnasiumEnv and is_known("gym:CartPole-v1")
+    assert not is_known("gym:") and not is_known("CartPole-v9")
+    assert (env.num_envs, env.num_players, env.obs_shape, env.num_actions) == (8, 1, (4,), 2)
+    assert env.max_episode_steps == 500 and not env.is_continuous
+    first = env.observe()
+    again = make("gym:CartPole-v1", num_envs=8, seed=1).observe()
+    assert torch.equal(first.obs, again.obs)
+    step = env.step(torch.zeros(8, dtype=torch.long))
+    dtypes = {"obs": torch.float32, "reward": torch.float32, "terminated": torch.bool,
+              "truncated": torch.bool, "final_obs": torch.float32, "action_mask": torch.bool,
+              "current_player": torch.int64, "episode_return": torch.float32, "episode_length": torch.int64}
+    for name, dtype in dtypes.items():
+        assert getattr(step, name).dtype == dtype, name
+        assert getattr(step, name).shape[0] == 8
+    assert step.action_mask.shape == (8, 2) and bool(step.action_mask.all())
+    with pytest.raises(ValueError, match="out of range"):
+        env.step(torch.full((8,), 2))
+    with pytest.raises(ValueError, match="shape"):
+        env.step(torch.zeros(7, dtype=torch.long))
+    with pytest.raises(ValueError, match="integer"):
+        env.step(torch.zeros(8))
+    with pytest.raises(ValueError, match="Did you mean"):
+        make("gym:CartPol-v1")
+    with pytest.raises(ValueError, match="gym:<any Gymnasium id>"):
+        make("NoSuchEnv-v0")
+
+
+def test_final_obs_truncation_and_episode_statistics_with_a_time_limit():
+    # Countdown terminates on its 3rd step and TimeLimit(3) also truncates it there: terminated wins. With
+    # TimeLimit(2) the same episodes are cut first: truncated, bootstrapped from final_obs.
+    for limit, terminated in ((3, True), (2, False)):
+        env = make("gym:RlGpuTest/Countdown-v0", num_envs=4, seed=0, max_episode_steps=limit)
+        assert env.obs_shape == (8,) and env.num_actions == 2 and env.max_episode_steps == limit
+        start = env.observe().obs.argmax(1)
+        for t in range(1, limit + 1):
+            step = env.step(torch.zeros(4, dtype=torch.long))
+            done = t == limit
+            assert bool((step.terminated == (done and terminated)).all())
+            assert bool((step.truncated == (done and not terminated)).all())
+            assert torch.equal(step.final_obs.argmax(1), start + t)
+            assert torch.equal(step.episode_length, torch.full((4,), t))
+            expected_return = (start[:, None] + torch.arange(1, t + 1)).sum(1).float()
+            assert torch.allclose(step.episode_return, expected_return)
+        assert set(step.obs.argmax(1).tolist()) <= {0, 1}
+        step = env.step(torch.ones(4, dtype=torch.long))
+        assert torch.equal(step.episode_length, torch.ones(4, dtype=torch.long))
+
+
+def test_collect_bootstraps_truncated_rows_from_final_obs():
+    env = make("gym:CartPole-v1", num_envs=4, seed=2, max_episode_steps=6)
+    policy = policy_for_env(env)
+    rollout = collect(policy, env, 20, torch.Generator().manual_seed(0))
+    assert bool(rollout.truncated.any())
+    assert not bool((rollout.truncated & rollout.terminated).any())
+    # Where a row was cut, final_value is V(final_obs), the state the row reached, not the reset one.
+    t, i = rollout.truncated.nonzero()[0].tolist()
+    assert float(rollout.final_value[t, i]) != 0.0
+    assert bool((rollout.final_value[~rollout.truncated] == 0).all())
+    assert bool((rollout.episode_length[rollout.truncated] == 6).all())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs gymnasium[mujoco]")
+def test_half_cheetah_runs_a_few_hundred_steps():
+    env = make("gym:HalfCheetah-v5", num_envs=2, seed=0, max_episode_steps=120)
+    assert env.is_continuous and env.action_shape == (6,) and env.obs_shape == (17,)
+    assert env.action_low == (-1.0,) * 6 and env.action_high == (1.0,) * 6
+    generator = torch.Generator().manual_seed(0)
+    truncations = 0
+    for _ in range(300):
+        # Out-of-bounds actions are clipped to the Box, as Gymnasium's ClipAction does.
+        step = env.step(3 * torch.randn(2, 6, generator=generator))
+        assert bool(torch.isfinite(step.obs).all()) and bool(torch.isfinite(step.reward).all())
+        assert not bool(step.terminated.any())
+        truncations += int(step.truncated.sum())
+        if bool(step.truncated.any()):
+            assert not torch.equal(step.final_obs, step.obs)
+            assert bool((step.episode_length[step.truncated] == 120).all())
+    assert truncations == 4
+    env.close()
+
+
+def test_ppo_learns_gym_cartpole():
+    torch.manual_seed(0)
+    env = make("gym:CartPole-v1", num_envs=8, seed=0)
+    policy = policy_for_env(env)
+    algo = PPO(policy, PPOConfig(num_minibatches=4, update_epochs=4, ent_coef=0.0), 2.5e-3, seed=0)
+    started, returns = time.perf_counter(), []
+    for _ in range(150):
+        rollout = collect(policy, env, 128, algo.policy_rng)
+        algo.update(rollout)
+        stats = rollout.episode_stats()
+        if int(stats["episodes"]) > 0:
+            returns.append(float(stats["episode_return"]))
+        if len(returns) >= 3 and np.mean(returns[-3:]) >= 450:
+            break
+    assert np.mean(returns[-3:]) >= 450, returns
+    def make_env(n, seed):
+        return make("gym:CartPole-v1", num_envs=n, seed=seed)
+
+    result = evaluate_policy(policy, make_env, 16, seed=1, deterministic=True)
+    assert result.mean_return >= 400, result
+    assert time.perf_counter() - started < 60
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_results_live_on_the_cuda_device_and_match_the_cpu():
+    cpu = make("gym:CartPole-v1", num_envs=4, device="cpu", seed=3, max_episode_steps=10)
+    gpu = make("gym:CartPole-v1", num_envs=4, device="cuda", seed=3, max_episode_steps=10)
+    for t in range(25):
+        action = torch.full((4,), t % 2)
+        a, b = cpu.step(action), gpu.step(action.cuda())
+        for name, x, y in zip(a._fields, a, b):
+            assert y.device.type == "cuda", name
+            assert torch.equal(x, y.cpu()), name

@@ -1,0 +1,99 @@
+"""``rl-gpu plot``: learning curves from metrics.jsonl, seeds aggregated, bad input refused in one line."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from rl_gpu.__main__ import main as rl_gpu_main  # noqa: E402
+from rl_gpu.plot import aggregate, find_runs, group_runs, read_metrics, series, smooth  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _write_run(run_dir, seed, updates=30, steps_per_update=1000, validate_every=10, torn=False):
+    run_dir.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    lines = []
+    for update in range(1, updates + 1):
+        record = {"update": update, "global_step": update * steps_per_update, "time": 0.1 * update,
+                  "episodes": 0 if update == 2 else 4, "episode_return": float(update + rng.normal()),
+                  "train_win_rate": 0.5, "loss": 1.0 / update, "entropy": 0.7, "approx_kl": 0.01}
+        if update % validate_every == 0:
+            record["validation"] = {"score": update / updates, "passed": True, "streak": 1}
+        lines.append(json.dumps(record))
+    text = "\n".join(lines) + "\n" + ('{"update": 31, "glo' if torn else "")
+    (run_dir / "metrics.jsonl").write_text(text)
+
+
+def test_seed_runs_are_one_group_and_other_runs_their_own(tmp_path):
+    for seed in (1, 2, 3):
+        _write_run(tmp_path / "exp" / f"seed-{seed}", seed)
+    _write_run(tmp_path / "baseline", 9, torn=True)
+    runs = find_runs([tmp_path / "exp", tmp_path / "baseline", tmp_path / "exp" / "seed-1"])
+    assert [r.name for r in runs] == ["seed-1", "seed-2", "seed-3", "baseline"]
+    groups = group_runs(runs)
+    assert list(groups) == ["exp", "baseline"] and len(groups["exp"]) == 3
+    baseline = read_metrics(tmp_path / "baseline")
+    assert baseline.skipped_lines == 1 and len(baseline.records) == 30
+    x, _ = series(baseline, "episode_return")
+    assert x.size == 29 and 2000.0 not in x  # the update that ended no episode has no return
+    x, _ = series(baseline, "validation.score")
+    assert x.tolist() == [10000.0, 20000.0, 30000.0]
+
+
+def test_aggregate_mean_and_band_on_the_common_range():
+    a = (np.array([0.0, 10.0, 20.0]), np.array([0.0, 1.0, 2.0]))
+    b = (np.array([5.0, 15.0, 30.0]), np.array([2.0, 3.0, 4.0]))
+    steps, mean, low, high = aggregate([a, b], "minmax")
+    assert steps[0] == 5.0 and steps[-1] == 20.0
+    np.testing.assert_allclose(mean, (np.interp(steps, *a) + np.interp(steps, *b)) / 2)
+    assert (low <= mean).all() and (mean <= high).all()
+    _, mean_s, low_s, high_s = aggregate([a, b], "std")
+    np.testing.assert_allclose(high_s - mean_s, mean_s - low_s)
+    disjoint = [(np.array([0.0, 1.0]), np.zeros(2)), (np.array([2.0, 3.0]), np.zeros(2))]
+    assert aggregate(disjoint, "std") is None
+    np.testing.assert_allclose(smooth(np.array([1.0, 3.0, 5.0, 7.0]), 2), [1.0, 2.0, 4.0, 6.0])
+
+
+def test_cli_writes_a_png(tmp_path, capsys):
+    for seed in (1, 2):
+        _write_run(tmp_path / "exp" / f"seed-{seed}", seed)
+    _write_run(tmp_path / "other", 5, updates=12, steps_per_update=2500)
+    out = tmp_path / "figs" / "curves.png"
+    code = rl_gpu_main(["plot", str(tmp_path / "exp"), str(tmp_path / "other"), "--output", str(out),
+                        "--band", "std", "--smooth", "3", "--title", "test"])
+    assert code == 0
+    assert out.read_bytes().startswith(PNG)
+    assert "episode_return, validation.score" in capsys.readouterr().out
+    single = tmp_path / "single.png"
+    assert rl_gpu_main(["plot", str(tmp_path / "exp" / "seed-1"), "--output", str(single),
+                        "--metric", "loss", "entropy"]) == 0
+    assert single.read_bytes().startswith(PNG)
+
+
+@pytest.mark.parametrize("setup, args, needle", [
+    ("none", ["missing"], "no such directory"),
+    ("empty-dir", ["empty"], "no metrics.jsonl"),
+    ("empty-file", ["run"], "no metrics recorded"),
+    ("run", ["run", "--metric", "nope"], "no run has metric 'nope'; available:"),
+    ("run", [], "at least one run directory"),
+    ("run", ["run", "--smooth", "0"], "--smooth"),
+])
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, setup, args, needle):
+    monkeypatch.chdir(tmp_path)
+    if setup == "empty-dir":
+        (tmp_path / "empty").mkdir()
+    elif setup == "empty-file":
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "metrics.jsonl").write_text("\n")
+    elif setup == "run":
+        _write_run(tmp_path / "run", 0)
+    with pytest.raises(SystemExit) as exit_info:
+        rl_gpu_main(["plot", *args, "--output", "out.png"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("rl-gpu plot: error:") and needle in err and "\n" not in err
+    assert not (tmp_path / "out.png").exists()
