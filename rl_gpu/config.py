@@ -75,7 +75,9 @@ class TrainConfig:
     checkpoint_every: int = 10
     """write last.pt every this many updates (a crash loses at most this many)"""
     log_every: int = 5
-    """print a progress line every this many updates"""
+    """plain progress: print a line every this many updates"""
+    quiet: bool = False
+    """plain progress lines instead of the live view (also when stdout is not a terminal)"""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyper-parameters (flags without a prefix: --gamma, --clip-coef, ...)"""
 
@@ -193,7 +195,7 @@ def preset_config(env_id: str) -> TrainConfig:
 
 RESUMABLE_CHANGES = frozenset(
     {"max_updates", "device", "threads", "compile", "log_every", "checkpoint_every", "final_eval_episodes",
-     "resume", "overwrite", "output", "seeds", "config"}
+     "resume", "overwrite", "output", "seeds", "config", "quiet"}
 )
 """Fields that may differ from the saved configuration when a run is resumed."""
 

@@ -2,6 +2,12 @@
 
 Shape legend: N = batch rows, A = discrete actions, D = continuous action dimensions.
 Argument validation of ``torch.distributions`` is avoided on purpose: it synchronises with the host.
+
+Sampling takes either a ``generator`` or pre-drawn ``noise``. The compiled and graph-captured hot loop draws the
+noise outside the compiled code (:func:`categorical_noise`, :func:`gaussian_noise`) and passes it in: a compiled
+graph then holds no random-number generation (Inductor's in-graph RNG was several times slower on CPU, and a
+CUDA graph would otherwise have to register every generator). Both routes give identical samples for the same
+generator state.
 """
 
 from __future__ import annotations
@@ -23,17 +29,28 @@ def mask_logits(logits: Tensor, action_mask: Tensor | None) -> Tensor:
     return logits.masked_fill(~action_mask, torch.finfo(logits.dtype).min)
 
 
+def categorical_noise(
+    shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """``shape`` (``[..., N, A]``) uniform noise in [0, 1): the randomness of :func:`categorical_sample`."""
+    return torch.rand(shape, generator=generator, device=device, dtype=dtype)
+
+
 def categorical_sample(
-    logits: Tensor, action_mask: Tensor | None, generator: torch.Generator | None = None
+    logits: Tensor, action_mask: Tensor | None, generator: torch.Generator | None = None,
+    noise: Tensor | None = None,
 ) -> Tensor:
     """``[N]`` int64 actions drawn from softmax(masked logits) by the Gumbel-max trick.
 
+    ``noise`` (``[N, A]`` uniform in [0, 1), from :func:`categorical_noise`) replaces drawing from ``generator``.
     Illegal actions have probability exactly zero: their logit is the lowest finite float, which no finite
     Gumbel noise can lift above a legal logit.
     """
     logits = mask_logits(logits, action_mask)
-    u = torch.rand(logits.shape, generator=generator, device=logits.device, dtype=logits.dtype)
-    u = u.clamp_(min=torch.finfo(logits.dtype).tiny, max=1.0 - torch.finfo(logits.dtype).eps)
+    if noise is None:
+        noise = categorical_noise(logits.shape, generator, logits.device, logits.dtype)
+    u = noise.clamp(min=torch.finfo(logits.dtype).tiny, max=1.0 - torch.finfo(logits.dtype).eps)
     gumbel = -torch.log(-torch.log(u))
     scores = torch.where(action_mask, logits + gumbel, logits) if action_mask is not None else logits + gumbel
     return scores.argmax(dim=-1)
@@ -62,9 +79,21 @@ def categorical_mode(logits: Tensor, action_mask: Tensor | None) -> Tensor:
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-def gaussian_sample(mean: Tensor, log_std: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """``[N, D]`` sample of N(mean, exp(log_std)^2); ``log_std`` broadcasts to ``mean``."""
-    noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+def gaussian_noise(
+    shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """``shape`` (``[..., N, D]``) standard normal noise: the randomness of :func:`gaussian_sample`."""
+    return torch.randn(shape, generator=generator, device=device, dtype=dtype)
+
+
+def gaussian_sample(
+    mean: Tensor, log_std: Tensor, generator: torch.Generator | None = None, noise: Tensor | None = None
+) -> Tensor:
+    """``[N, D]`` sample of N(mean, exp(log_std)^2); ``log_std`` broadcasts to ``mean``. ``noise`` (``[N, D]``
+    standard normal, from :func:`gaussian_noise`) replaces drawing from ``generator``."""
+    if noise is None:
+        noise = gaussian_noise(mean.shape, generator, mean.device, mean.dtype)
     return mean + log_std.exp() * noise
 
 

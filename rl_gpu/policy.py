@@ -3,7 +3,9 @@
 Shape legend: N = batch rows, O = observation size, A = discrete actions, D = continuous action dimensions.
 Both classes share one interface, which is all that rollouts and updates use:
 
-- ``act(obs, action_mask, generator, deterministic) -> PolicyOutput(action, log_prob, value)``
+- ``act(obs, action_mask, generator, deterministic, noise) -> PolicyOutput(action, log_prob, value)``; ``noise``
+  (pre-drawn with :func:`rl_gpu.distributions.categorical_noise` or ``gaussian_noise``) replaces ``generator``
+  so that compiled code holds no random-number generation
 - ``evaluate(obs, action, action_mask) -> (log_prob, entropy, value)``
 - ``value(obs) -> [N]``
 """
@@ -152,13 +154,15 @@ class ActorCritic(_ActorCriticBase):
         action_mask: Tensor | None = None,
         generator: torch.Generator | None = None,
         deterministic: bool = False,
+        noise: Tensor | None = None,
     ) -> PolicyOutput:
-        """Choose one legal action per row: sampled, or the most probable legal one if ``deterministic``."""
+        """Choose one legal action per row: sampled (from ``noise``, ``[N, A]`` uniform, when given), or the most
+        probable legal one if ``deterministic``."""
         logits, value = self(obs)
         if deterministic:
             action = D.categorical_mode(logits, action_mask)
         else:
-            action = D.categorical_sample(logits, action_mask, generator)
+            action = D.categorical_sample(logits, action_mask, generator, noise)
         return PolicyOutput(action, D.categorical_log_prob(logits, action_mask, action), value)
 
     def evaluate(
@@ -224,10 +228,12 @@ class GaussianActorCritic(_ActorCriticBase):
         action_mask: Tensor | None = None,
         generator: torch.Generator | None = None,
         deterministic: bool = False,
+        noise: Tensor | None = None,
     ) -> PolicyOutput:
-        """Sample an action (or take the mean if ``deterministic``); ``action_mask`` is ignored."""
+        """Sample an action (from ``noise``, ``[N, D]`` standard normal, when given), or take the mean if
+        ``deterministic``; ``action_mask`` is ignored."""
         mean, value = self(obs)
-        action = mean if deterministic else D.gaussian_sample(mean, self.log_std, generator)
+        action = mean if deterministic else D.gaussian_sample(mean, self.log_std, generator, noise)
         return PolicyOutput(action, D.gaussian_log_prob(mean, self.log_std, action), value)
 
     def evaluate(
@@ -280,9 +286,10 @@ class UniformRandomPolicy:
         action_mask: Tensor,
         generator: torch.Generator | None = None,
         deterministic: bool = False,
+        noise: Tensor | None = None,
     ) -> PolicyOutput:
         logits = torch.zeros(action_mask.shape, device=obs.device)
-        action = D.categorical_sample(logits, action_mask, generator)
+        action = D.categorical_sample(logits, action_mask, generator, noise)
         zeros = torch.zeros(obs.shape[0], device=obs.device)
         return PolicyOutput(action, D.categorical_log_prob(logits, action_mask, action), zeros)
 

@@ -26,13 +26,15 @@ from typing import Callable
 import torch
 
 from rl_gpu.checkpoint import CheckpointError, atomic_write_json, load_checkpoint, save_checkpoint
+from rl_gpu.compile import resolve_compile
 from rl_gpu.config import TrainConfig
 from rl_gpu.envs.base import EnvState, TensorEnv
-from rl_gpu.envs.registry import make, registered_ids
+from rl_gpu.envs.registry import is_known, make, registered_ids
 from rl_gpu.evaluation import EvalResult, derive_seed, evaluate_policy, improvement_z
 from rl_gpu.optimization import PPO
 from rl_gpu.policy import UniformRandomPolicy, policy_for_env
-from rl_gpu.rollout import collect, episode_horizon
+from rl_gpu.rollout import episode_horizon
+from rl_gpu.run_logger import RunLogger
 
 RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "best.pt", "last.pt")
 
@@ -128,14 +130,17 @@ class Trainer:
         config: the resolved configuration.
         seed: this run's seed (every random stream of the run is derived from it).
         run_dir: where config, metrics, checkpoints and the summary go.
-        log: where progress lines go.
+        log: where the trainer's messages go (``print`` routes them through the progress view).
+        display: the progress view: ``auto`` (live on a terminal, else plain lines), ``plain`` or ``off``.
     """
 
-    def __init__(self, config: TrainConfig, seed: int, run_dir: Path, log: Callable[[str], None] = print) -> None:
+    def __init__(self, config: TrainConfig, seed: int, run_dir: Path, log: Callable[[str], None] = print,
+                 display: str = "auto") -> None:
         self.config = config
         self.seed = seed
         self.run_dir = run_dir
         self.log = log
+        self.display = display
         self.device = resolve_device(config.device)
         torch.manual_seed(derive_seed(seed, "torch"))
         self.env = self.make_env(config.num_envs, derive_seed(seed, "train-env"))
@@ -157,7 +162,12 @@ class Trainer:
                              "validation return that counts as solved)")
         policy = policy_for_env(self.env, config.hidden_sizes, config.normalize_obs, config.init_log_std)
         policy = policy.to(self.device)
-        self.algo = PPO(policy, config.ppo, config.learning_rate, derive_seed(seed, "policy"))
+        try:
+            compile_mode = resolve_compile(config.compile, self.device)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        self.algo = PPO(policy, config.ppo, config.learning_rate, derive_seed(seed, "policy"),
+                        compile=compile_mode)
         self.initial_policy = copy.deepcopy(policy).eval()
         self.opponent_rng = torch.Generator(device=self.device).manual_seed(derive_seed(seed, "opponent"))
         self.update = 0
@@ -169,7 +179,10 @@ class Trainer:
         self.baseline: EvalResult | None = None
 
     def make_env(self, num_envs: int, seed: int) -> TensorEnv:
-        return make(self.config.env, num_envs=num_envs, device=self.device, seed=seed, validate_actions=False)
+        try:
+            return make(self.config.env, num_envs=num_envs, device=self.device, seed=seed, validate_actions=False)
+        except ImportError as e:
+            raise UsageError(str(e)) from None
 
     def evaluate(self, policy, episodes: int, purpose: str) -> EvalResult:
         return evaluate_policy(
@@ -179,14 +192,11 @@ class Trainer:
 
     def state_dict(self) -> dict:
         """Everything the next update depends on, as tensors and plain values (``weights_only``-loadable)."""
-        env_state = self.env.state
         return {
             "algorithm": self.algo.state_dict(),
             "initial_policy": self.initial_policy.state_dict(),
             "opponent_rng": self.opponent_rng.get_state(),
-            "env_rng": self.env.generator.get_state(),
-            "env_state": {"inner": list(env_state.inner), "episode_step": env_state.episode_step,
-                          "episode_return": env_state.episode_return, "done": env_state.done},
+            **self._env_state_dict(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             "update": self.update,
@@ -198,18 +208,34 @@ class Trainer:
             "baseline": self.baseline.to_dict() if self.baseline is not None else None,
         }
 
+    def _env_state_dict(self) -> dict:
+        """The environments' state and generator, for tensor environments (Gymnasium-backed ones keep their
+        state in Python objects, which a weights-only checkpoint cannot hold)."""
+        if not isinstance(self.env, TensorEnv):
+            return {}
+        env_state = self.env.state
+        return {
+            "env_rng": self.env.generator.get_state(),
+            "env_state": {"inner": list(env_state.inner), "episode_step": env_state.episode_step,
+                          "episode_return": env_state.episode_return, "done": env_state.done},
+        }
+
     def load_state_dict(self, state: dict) -> None:
         self.algo.load_state_dict(state["algorithm"])
         self.initial_policy.load_state_dict(state["initial_policy"])
         self.opponent_rng.set_state(state["opponent_rng"].cpu())
-        self.env.generator.set_state(state["env_rng"].cpu())
-        saved = state["env_state"]
-        inner_type = type(self.env.state.inner)
-        self.env.set_state(EnvState(
-            inner_type(*(t.to(self.device) for t in saved["inner"])),
-            saved["episode_step"].to(self.device), saved["episode_return"].to(self.device),
-            saved["done"].to(self.device),
-        ))
+        if "env_state" in state:
+            self.env.generator.set_state(state["env_rng"].cpu())
+            saved = state["env_state"]
+            inner_type = type(self.env.state.inner)
+            self.env.set_state(EnvState(
+                inner_type(*(t.to(self.device) for t in saved["inner"])),
+                saved["episode_step"].to(self.device), saved["episode_return"].to(self.device),
+                saved["done"].to(self.device),
+            ))
+        else:
+            self.log(f"[seed {self.seed}] note: {self.config.env} keeps its state outside tensors; the "
+                     "environments restart with a fresh reset, so this resume is not bit-exact")
         torch.set_rng_state(state["torch_rng"].cpu())
         if torch.cuda.is_available() and state["cuda_rng"]:
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
@@ -294,33 +320,31 @@ class Trainer:
                  + f"initial policy: {self.describe(self.baseline)}")
         status, reason = "", ""
         updates_this_call = 0
-        window_steps, window_start = 0, time.perf_counter()
-        with (self.run_dir / "metrics.jsonl").open("a") as metrics_file:
+        original_log = self.log
+        with self.run_logger() as logger:
+            if original_log is print:
+                self.log = logger.print
+            if not resumed:
+                logger.log_validation(0, 0, {"score": self.score(self.baseline), "passed": False, "streak": 0})
             while self.update < cfg.max_updates:
                 step_start = time.perf_counter()
-                record = self.train_one_update()
+                record = self.train_one_update(logger)
                 self.train_seconds += time.perf_counter() - step_start
+                record["time"] = self.train_seconds
                 updates_this_call += 1
-                window_steps += record["transitions"]
-                if self.update % cfg.log_every == 0 or updates_this_call == 1:
-                    elapsed = time.perf_counter() - window_start
-                    record["steps_per_second"] = window_steps / max(elapsed, 1e-9)
-                    self.log_progress(record)
-                    window_steps, window_start = 0, time.perf_counter()
-                if not record.pop("finite"):
-                    status = "numerical_error"
-                    reason = (f"non-finite loss or gradient at update {self.update}; training stopped and the "
-                              f"newest checkpoint (update {self.checkpointed_update()}) predates it")
-                    metrics_file.write(json.dumps(record) + "\n")
-                    break
-                if self.update % cfg.eval_every == 0 or self.update == cfg.max_updates:
-                    record["validation"] = self.validate()
+                finite = record.pop("finite")
+                if finite and (self.update % cfg.eval_every == 0 or self.update == cfg.max_updates):
+                    logger.log_validation(self.update, self.global_step, self.validate())
                     if self.streak >= cfg.consecutive_passes:
                         status = "success"
                         reason = (f"validation passed {self.streak} times in a row at update {self.update} "
                                   f"(>= {cfg.min_updates} updates)")
-                metrics_file.write(json.dumps(record) + "\n")
-                metrics_file.flush()
+                logger.log_update(self.update, self.global_step, record)
+                if not finite:
+                    status = "numerical_error"
+                    reason = (f"non-finite loss or gradient at update {self.update}; training stopped and the "
+                              f"newest checkpoint (update {self.checkpointed_update()}) predates it")
+                    break
                 if status or self.update % cfg.checkpoint_every == 0:
                     self.save("last.pt")
                 if status:
@@ -337,6 +361,7 @@ class Trainer:
                     status, reason = "paused", (f"paused after update {self.update}; continue with "
                                                 f"--resume {self.run_dir}")
                     break
+        self.log = original_log
         if not status:
             status = "goal_not_met"
             reason = (f"goal not met within --max-updates {cfg.max_updates}: best validation "
@@ -352,38 +377,40 @@ class Trainer:
         path = self.run_dir / "last.pt"
         return int(load_checkpoint(path)["update"]) if path.exists() else 0
 
-    def train_one_update(self) -> dict:
+    def run_logger(self) -> RunLogger:
+        """The run's metrics.jsonl + TensorBoard + progress view; trainer messages print through it."""
+        cfg = self.config
+        logger = RunLogger(
+            self.run_dir, total_updates=cfg.max_updates, label=f"seed {self.seed}",
+            headline=("train_win_rate",) if self.multi_player else ("episode_return",),
+            log_every=cfg.log_every, display=self.display, quiet=cfg.quiet, device=self.device,
+            start_update=self.update, start_step=self.global_step,
+        )
+        return logger
+
+    def train_one_update(self, logger: RunLogger) -> dict:
         """Collect one rollout and update once; returns the metrics record (one host read for all of it)."""
         cfg = self.config
         if cfg.anneal_lr:
             self.algo.set_learning_rate(cfg.learning_rate * (1.0 - self.update / cfg.max_updates))
-        t0 = time.perf_counter()
-        rollout = collect(
-            self.algo.policy, self.env, self.num_steps, self.algo.policy_rng,
-            episodic=self.episodic, opponent_rng=self.opponent_rng,
-        )
-        t1 = time.perf_counter()
-        metrics = self.algo.update(rollout)
-        stats = rollout.episode_stats()
-        values = metrics.as_floats()
-        t2 = time.perf_counter()
+        with logger.phase("collect"):
+            rollout = self.algo.collect(self.env, self.num_steps, episodic=self.episodic,
+                                        opponent_rng=self.opponent_rng)
+        with logger.phase("update"):
+            metrics = self.algo.update(rollout)
+            stats = rollout.episode_stats()
+            values = metrics.as_floats()
         host = torch.stack([stats[k].float() for k in ("episodes", "episode_return", "win_rate")]
                            + [rollout.transitions().float()]).cpu().tolist()
         episodes, ep_return, win_rate, transitions = host
         self.update += 1
         self.global_step += int(transitions)
-        return {"update": self.update, "global_step": self.global_step, "time": self.train_seconds,
-                "collect_seconds": t1 - t0, "update_seconds": t2 - t1, "episodes": int(episodes),
-                "episode_return": ep_return, "train_win_rate": win_rate, "transitions": int(transitions),
-                "finite": all(math.isfinite(v) for v in values.values()), **values}
-
-    def log_progress(self, record: dict) -> None:
-        cfg = self.config
-        progress = (f"win {record['train_win_rate']:.3f}" if self.multi_player
-                    else f"return {record['episode_return']:8.2f}")
-        self.log(f"[seed {self.seed}] update {self.update:5d}/{cfg.max_updates} "
-                 f"steps {self.global_step:>11,} {record['steps_per_second']:>10,.0f} steps/s  {progress}  "
-                 f"loss {record['loss']:+.4f} entropy {record['entropy']:.3f} kl {record['approx_kl']:.4f}")
+        record = {"episodes": int(episodes), "transitions": int(transitions),
+                  "finite": all(math.isfinite(v) for v in values.values()), **values}
+        if episodes > 0:
+            record["train_win_rate" if self.multi_player else "episode_return"] = (
+                win_rate if self.multi_player else ep_return)
+        return record
 
     def validate(self) -> dict:
         """Evaluate on the validation stream, update the streak, keep best.pt; returns the record to log."""
@@ -455,11 +482,13 @@ def run_environment(device: torch.device) -> dict:
 
 
 def check_env_id(env_id: str) -> None:
-    if env_id not in registered_ids():
-        raise UsageError(f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}")
+    if not is_known(env_id):
+        raise UsageError(f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}, "
+                         "or gym:<any Gymnasium id>")
 
 
-def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None) -> list[RunResult]:
+def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None,
+          display: str = "auto") -> list[RunResult]:
     """Run every seed of ``config``; each writes ``OUTPUT/seed-N/``. Input errors raise :class:`UsageError`
     before anything is written. A stop signal or ``stop_after`` ends the call after the current seed's
     checkpoint; the remaining seeds are not started."""
@@ -474,7 +503,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
     results = []
     with StopRequest() as stop:
         for seed, run_dir in zip(config.seeds, run_dirs):
-            trainer = Trainer(config, seed, run_dir, log)
+            trainer = Trainer(config, seed, run_dir, log, display)
             prepare_run_dir(run_dir, config.overwrite)
             results.append(_finish(trainer.run(stop, stop_after), log))
             if results[-1].status in ("interrupted", "paused", "numerical_error"):
@@ -483,13 +512,13 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
 
 
 def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = print,
-           stop_after: int | None = None) -> RunResult:
+           stop_after: int | None = None, display: str = "auto") -> RunResult:
     """Continue the run in ``run_dir`` from its ``last.pt`` with ``config`` (the saved one, possibly with a
     larger ``max_updates``)."""
     torch.set_num_threads(config.threads)
     check_env_id(config.env)
     seed = load_checkpoint(run_dir / "last.pt")["seed"]
-    trainer = Trainer(config, seed, run_dir, log)
+    trainer = Trainer(config, seed, run_dir, log, display)
     trainer.resume_from(run_dir / "last.pt")
     with StopRequest() as stop:
         return _finish(trainer.run(stop, stop_after), log)

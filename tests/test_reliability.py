@@ -123,9 +123,14 @@ def test_sigkill_at_random_moments_then_resume(tmp_path, reference_run):
         for name in ("best.pt", "last.pt"):
             if (run_dir / name).exists():
                 load_checkpoint(run_dir / name)  # never corrupt, whenever the kill came
-        lines_before = len((run_dir / "metrics.jsonl").read_text().splitlines())
+        logged = []
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+            try:
+                logged.append(json.loads(line)["update"])
+            except json.JSONDecodeError:
+                pass  # a line cut short by the kill: dropped on resume
         saved = load_checkpoint(run_dir / "last.pt")["update"] if (run_dir / "last.pt").exists() else 0
-        assert lines_before - saved <= 2 + 1  # at most one checkpoint interval (2) and a partial line lost
+        assert max(logged) - saved <= 2  # at most one checkpoint interval (2 updates) is lost
         if not (run_dir / "last.pt").exists():
             continue
         done = _cli("--resume", str(run_dir))
@@ -145,8 +150,8 @@ def test_sigterm_saves_and_exits_with_a_message(tmp_path, reference_run):
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr
     assert "SIGTERM received" in stderr and "--resume" in stderr
-    lines = len((out / "seed-5" / "metrics.jsonl").read_text().splitlines())
-    assert load_checkpoint(out / "seed-5" / "last.pt")["update"] == lines
+    last_logged = json.loads((out / "seed-5" / "metrics.jsonl").read_text().splitlines()[-1])["update"]
+    assert load_checkpoint(out / "seed-5" / "last.pt")["update"] == last_logged
     done = _cli("--resume", str(out / "seed-5"))
     assert done.returncode == 1
     _assert_same_state(_params(reference_run), _params(out / "seed-5"))

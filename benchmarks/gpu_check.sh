@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Everything that needs a GPU, checked and timed in one go (about 6 minutes on one H200; every stage has a
+# time limit so the whole script stays under 8):
+#   1. the tests marked gpu: CUDA sync-debug-mode "error" runs of the hot loop in every compile mode, eager vs
+#      inductor vs CUDA-graph results, the engine against collect() on CUDA, and every other gpu-marked test;
+#   2. a short training run with --compile cudagraphs through the trainer (CLI, checkpoints, evaluation);
+#   3. rl-gpu bench on CartPole-v1 at N=65536 (and 4096): eager vs compiled vs graph-captured, env-only,
+#      env + inference, full training.
+# Results go to $OUT (default artifacts/gpu_check); the exit status is non-zero if any stage failed.
+#
+#   bash benchmarks/gpu_check.sh            # from the repository root, with .venv installed (make test)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+OUT=${OUT:-artifacts/gpu_check}
+mkdir -p "$OUT"
+export OMP_NUM_THREADS=1
+failed=()
+
+stage() {  # stage NAME SECONDS COMMAND...
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    echo "== $name (limit ${limit}s): $*"
+    timeout --signal=INT --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
+    local rc=${PIPESTATUS[0]}
+    echo "== $name: exit $rc after $((SECONDS - start))s" | tee -a "$OUT/summary.txt"
+    [ "$rc" -eq 0 ] || failed+=("$name")
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
+"$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" \
+    | tee -a "$OUT/gpu.txt" || { echo "no usable CUDA device"; exit 2; }
+
+stage pytest_gpu 270 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs
+stage train_cudagraphs 60 "$PY" -m rl_gpu train --env CartPole-v1 --device cuda --compile cudagraphs \
+    --num-envs 4096 --num-steps 16 --max-updates 8 --min-updates 8 --eval-every 4 --eval-episodes 64 \
+    --final-eval-episodes 64 --seeds 1 --output "$OUT/train" --overwrite
+stage bench_cartpole 150 "$PY" -m rl_gpu bench --env CartPole-v1 --device cuda --num-envs 4096 65536 \
+    --compile off inductor cudagraphs --repeats 5 --output "$OUT/bench_cartpole.json"
+
+echo "results in $OUT/"
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "FAILED: ${failed[*]}"
+    exit 1
+fi
+echo "all GPU stages passed"

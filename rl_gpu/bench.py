@@ -1,0 +1,351 @@
+"""``rl-gpu bench`` / ``python -m rl_gpu bench``: honest throughput of the hot loop over a sweep of N.
+
+Three measurements per N and compile mode, each counting *transitions* (environment steps actually taken by one
+environment row; padding slots after an episodic game ends are not counted, and neither are Gymnasium's
+reset-only steps):
+
+- ``env``: environment steps alone (random actions drawn once up front, auto-reset included);
+- ``collect``: a rollout of T steps: policy inference, environment step, storage (:meth:`PPO.collect`);
+- ``train``: one PPO iteration: collect + GAE + the full update (:meth:`PPO.iterate`).
+
+Every timed region is bracketed by a device synchronisation. The first two calls of every cell are reported
+apart (the first pays compilation, the second CUDA-graph capture) and are not in the medians; the figure is the
+median over ``--repeats`` timed calls.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Literal, Sequence
+
+import torch
+
+from rl_gpu.cli import fail, parse
+from rl_gpu.rollout import EnvStepper
+
+PROG = "rl-gpu bench"
+MEASURES = ("env", "collect", "train")
+CHUNK = 16
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Measure env-only, env + inference and full-training throughput (transitions per second) over N."""
+
+    env: str = "CartPole-v1"
+    """environment id"""
+    num_envs: tuple[int, ...] = (16, 256, 4096, 65536)
+    """N values to sweep (one or several)"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto: CUDA when available, else CPU"""
+    threads: int = 1
+    """torch intra-op CPU threads (1 by default: on 2-core machines 2 threads stalled 10-100x under load)"""
+    compile: tuple[Literal["off", "inductor", "cudagraphs"], ...] | None = None
+    """compile modes to measure (default: off inductor on CPU, off inductor cudagraphs on CUDA)"""
+    measure: tuple[Literal["env", "collect", "train"], ...] = MEASURES
+    """which measurements to run"""
+    num_steps: int | None = None
+    """T, steps per rollout (default 16; the longest game for turn-based games)"""
+    repeats: int = 5
+    """timed calls per cell; the median is reported"""
+    env_transitions: int = 262144
+    """env measurement: transitions per timed call (rounded up to whole steps of N rows)"""
+    compare: Literal["none", "gymnasium"] = "none"
+    """also time Gymnasium's vector environment (numpy CartPoleVectorEnv for CartPole-v1) in this process"""
+    output: Path = Path("artifacts/bench.json")
+    """JSON results file"""
+    seed: int = 0
+    """seeds environments, policy and generators"""
+
+    def __post_init__(self) -> None:
+        if not self.num_envs or any(isinstance(n, bool) or n <= 0 for n in self.num_envs):
+            raise ValueError(f"--num-envs must be positive integers, got {list(self.num_envs)}")
+        for name in ("threads", "repeats", "env_transitions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.num_steps is not None and self.num_steps <= 0:
+            raise ValueError(f"--num-steps must be a positive integer, got {self.num_steps}")
+        if not self.measure:
+            raise ValueError("--measure needs at least one of env, collect, train")
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed(fn: Callable[[], object], device: torch.device) -> float:
+    """Wall seconds of ``fn()``, with the device synchronised before and after."""
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def peak_host_bytes() -> int:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _cell(measure: str, n: int, mode: str, first: float, second: float, times: list[float],
+          transitions_per_call: float, **extra) -> dict:
+    median = statistics.median(times)
+    return {"measure": measure, "num_envs": n, "compile": mode, "first_call_s": first, "second_call_s": second,
+            "call_s": times, "median_call_s": median, "transitions_per_call": transitions_per_call,
+            "transitions_per_s": transitions_per_call / median, **extra}
+
+
+def _run_calls(fn: Callable[[], object], device: torch.device, repeats: int) -> tuple[float, float, list[float]]:
+    first = timed(fn, device)
+    second = timed(fn, device)
+    return first, second, [timed(fn, device) for _ in range(repeats)]
+
+
+def bench_env(cfg: BenchConfig, device: torch.device, n: int, mode: str) -> dict:
+    from rl_gpu.envs.registry import make
+
+    env = make(cfg.env, num_envs=n, device=device, seed=cfg.seed, validate_actions=False)
+    g = torch.Generator(device=device).manual_seed(cfg.seed + 1)
+    actions = random_actions(env, CHUNK, g)
+    chunks = max(1, math.ceil(cfg.env_transitions / (n * CHUNK)))
+    steps = chunks * CHUNK
+    if mode == "off":
+        def call() -> None:
+            for i in range(steps):
+                env.step(actions[i % CHUNK])
+        how = "TensorEnv.step (a fresh start drawn for every row at every step)"
+        stepper = None
+    else:
+        stepper = EnvStepper(env, mode, chunk=CHUNK)
+
+        def call() -> None:
+            for _ in range(chunks):
+                stepper.step(actions)
+        how = f"EnvStepper: {CHUNK} compiled steps per call, {stepper.slots} fresh starts per row per call"
+    first, second, times = _run_calls(call, device, cfg.repeats)
+    extra = {"steps_per_call": steps, "how": how}
+    if stepper is not None:
+        extra["reused_starts"] = int(stepper.reused)
+    # Every row-step of a same-step auto-reset batch is a transition.
+    return _cell("env", n, mode, first, second, times, float(steps * n), **extra)
+
+
+def random_actions(env, k: int, generator: torch.Generator) -> torch.Tensor:
+    """``[k, N]`` random actions: uniform over all actions (continuous: uniform within the bounds)."""
+    if env.is_continuous:
+        low = torch.tensor(env.action_low, device=env.device)
+        high = torch.tensor(env.action_high, device=env.device)
+        u = torch.rand((k, env.num_envs, *env.action_shape), generator=generator, device=env.device)
+        return low + (high - low) * u
+    return torch.randint(0, env.num_actions, (k, env.num_envs), generator=generator, device=env.device)
+
+
+def _algo(cfg: BenchConfig, device: torch.device, n: int, mode: str):
+    from rl_gpu.envs.registry import make
+    from rl_gpu.optimization import PPO, PPOConfig
+    from rl_gpu.policy import policy_for_env
+    from rl_gpu.rollout import episode_horizon
+
+    env = make(cfg.env, num_envs=n, device=device, seed=cfg.seed, validate_actions=False)
+    episodic = env.num_players > 1
+    steps = cfg.num_steps or (episode_horizon(env) if episodic else 16)
+    torch.manual_seed(cfg.seed)
+    policy = policy_for_env(env).to(device)
+    minibatches = 4 if (steps * n) % 4 == 0 else 1
+    algo = PPO(policy, PPOConfig(num_minibatches=minibatches), 1e-3, cfg.seed, compile=mode)
+    opponent_rng = torch.Generator(device=device).manual_seed(cfg.seed + 2)
+    return env, algo, steps, episodic, opponent_rng
+
+
+def bench_rollouts(cfg: BenchConfig, device: torch.device, n: int, mode: str, measure: str) -> dict:
+    env, algo, steps, episodic, opponent_rng = _algo(cfg, device, n, mode)
+    live = torch.zeros((), dtype=torch.long, device=device)
+    calls = 0
+    storage: list[int] = []
+
+    def call() -> None:
+        nonlocal live, calls
+        if measure == "collect":
+            rollout = algo.collect(env, steps, episodic=episodic, opponent_rng=opponent_rng)
+        else:
+            rollout, _ = algo.iterate(env, steps, episodic=episodic, opponent_rng=opponent_rng)
+        # Summed on the device and read once after the timing: no host read inside timed calls.
+        live = live + rollout.transitions()
+        calls += 1
+        if not storage:
+            storage.append(rollout.storage_bytes())
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    first, second, times = _run_calls(call, device, cfg.repeats)
+    transitions = float(live) / calls
+    extra = {"num_steps": steps, "episodic": episodic, "rollout_bytes": storage[0],
+             "rollout_bytes_per_env": storage[0] / n,
+             "noise_bytes_per_env": _noise_bytes(algo, env, steps, episodic) / n,
+             "peak_host_bytes": peak_host_bytes()}
+    if device.type == "cuda":
+        extra["peak_device_bytes"] = torch.cuda.max_memory_allocated(device)
+    return _cell(measure, n, mode, first, second, times, transitions, **extra)
+
+
+def _noise_bytes(algo, env, steps: int, episodic: bool) -> int:
+    from rl_gpu.rollout import noise_bytes
+
+    engine = algo.engine(env, steps, episodic)
+    state = (env.generator.get_state(), algo.policy_rng.get_state())
+    size = noise_bytes(engine.draw(algo.policy_rng, torch.Generator(device=env.device)))
+    env.generator.set_state(state[0])
+    algo.policy_rng.set_state(state[1])
+    return size
+
+
+def bench_gymnasium(cfg: BenchConfig, n: int) -> dict:
+    """Gymnasium's vector environment stepped with fixed random actions, timed like ``bench_env``.
+
+    Gymnasium autoresets on the *next* step: a row that finished spends its next step resetting, which is not a
+    transition, so those row-steps are not counted.
+    """
+    import gymnasium
+    import numpy as np
+
+    if cfg.env == "CartPole-v1":
+        from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+        envs, kind = CartPoleVectorEnv(num_envs=n), "gymnasium.envs.classic_control.cartpole.CartPoleVectorEnv"
+    else:
+        envs = gymnasium.make_vec(cfg.env, num_envs=n, vectorization_mode="sync")
+        kind = "gymnasium.vector.SyncVectorEnv"
+    envs.reset(seed=cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    space = envs.single_action_space
+    if hasattr(space, "n"):
+        actions = rng.integers(0, space.n, size=(16, n))
+    else:
+        actions = rng.uniform(space.low, space.high, size=(16, n, *space.shape)).astype(space.dtype)
+    steps = max(16, math.ceil(cfg.env_transitions / n))
+    counted = [0]
+    prev_done = np.zeros(n, dtype=bool)
+
+    def run() -> None:
+        nonlocal prev_done
+        for i in range(steps):
+            _, _, terminated, truncated, _ = envs.step(actions[i % 16])
+            counted[0] += n - int(prev_done.sum())
+            prev_done = terminated | truncated
+
+    first, second, times = _run_calls(run, torch.device("cpu"), cfg.repeats)
+    per_call = counted[0] / (cfg.repeats + 2)
+    envs.close()
+    return _cell("env", n, "gymnasium", first, second, times, per_call, steps_per_call=steps, implementation=kind,
+                 gymnasium_version=gymnasium.__version__)
+
+
+def env_has_masks(env_id: str) -> bool:
+    from rl_gpu.envs.base import TensorEnv
+    from rl_gpu.envs.registry import env_class
+
+    return env_class(env_id)._legal_actions is not TensorEnv._legal_actions
+
+
+def format_table(cells: list[dict]) -> str:
+    header = (f"{'measure':<8} {'N':>7} {'compile':<10} {'transitions/s':>14} {'median call':>12} "
+              f"{'1st call':>9} {'2nd call':>9} {'rollout B/env':>13}")
+    lines = [header, "-" * len(header)]
+    for c in cells:
+        per_env = c.get("rollout_bytes_per_env")
+        lines.append(f"{c['measure']:<8} {c['num_envs']:>7} {c['compile']:<10} {c['transitions_per_s']:>14,.0f} "
+                     f"{c['median_call_s'] * 1e3:>10.2f}ms {c['first_call_s']:>8.2f}s {c['second_call_s']:>8.2f}s "
+                     f"{'' if per_env is None else f'{per_env:,.0f}':>13}")
+    return "\n".join(lines)
+
+
+def ratios(cells: list[dict]) -> list[dict]:
+    """Env-only throughput of each compile mode over Gymnasium's, per N (same process, same actions)."""
+    gym = {c["num_envs"]: c for c in cells if c["compile"] == "gymnasium"}
+    out = []
+    for c in cells:
+        if c["measure"] == "env" and c["compile"] != "gymnasium" and c["num_envs"] in gym:
+            out.append({"num_envs": c["num_envs"], "compile": c["compile"],
+                        "ratio": c["transitions_per_s"] / gym[c["num_envs"]]["transitions_per_s"]})
+    return out
+
+
+def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
+    """Run the benchmark described by ``cfg``; returns (and writes to ``cfg.output``) the JSON document."""
+    from rl_gpu.trainer import resolve_device, run_environment
+
+    torch.set_num_threads(cfg.threads)
+    device = resolve_device(cfg.device)
+    modes = cfg.compile or (("off", "inductor", "cudagraphs") if device.type == "cuda" else ("off", "inductor"))
+    if "cudagraphs" in modes and device.type != "cuda":
+        raise ValueError("--compile cudagraphs needs a CUDA device")
+    started = time.perf_counter()
+    cells: list[dict] = []
+    log(f"{PROG}: {cfg.env} on {device}, {torch.get_num_threads()} thread(s), N in {list(cfg.num_envs)}, "
+        f"compile {list(modes)}; figures are transitions per second (one environment row taking one step), "
+        f"median of {cfg.repeats} synchronised calls after 2 untimed ones (first = compile, second = capture)")
+    for n in cfg.num_envs:
+        if cfg.compare == "gymnasium" and "env" in cfg.measure:
+            cells.append(bench_gymnasium(cfg, n))
+            log(format_table(cells[-1:]).splitlines()[-1])
+        for measure in cfg.measure:
+            if measure == "env" and env_has_masks(cfg.env):
+                log(f"env-only skipped: {cfg.env} has illegal actions, and random actions would step it "
+                    "outside its rules")
+                continue
+            for mode in modes:
+                if measure == "env":
+                    cell = bench_env(cfg, device, n, mode)
+                else:
+                    cell = bench_rollouts(cfg, device, n, mode, measure)
+                cells.append(cell)
+                log(format_table([cell]).splitlines()[-1])
+    doc = {
+        "command": "rl-gpu bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "config": {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
+                   for k, v in asdict(cfg).items()},
+        "environment": run_environment(device),
+        "threads": torch.get_num_threads(),
+        "counts": "transitions: environment rows that took a real step (no padding, no reset-only steps)",
+        "results": cells,
+        "gymnasium_ratios": ratios(cells),
+        "total_seconds": time.perf_counter() - started,
+    }
+    log("")
+    log(format_table(cells))
+    for r in doc["gymnasium_ratios"]:
+        log(f"env-only N={r['num_envs']}: rl_gpu ({r['compile']}) / Gymnasium = {r['ratio']:.2f}x")
+    cfg.output.parent.mkdir(parents=True, exist_ok=True)
+    cfg.output.write_text(json.dumps(doc, indent=1) + "\n")
+    log(f"wrote {cfg.output}")
+    return doc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from rl_gpu.envs.registry import registered_ids
+    from rl_gpu.trainer import UsageError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    cfg = parse(BenchConfig, PROG, args, description=BenchConfig.__doc__)
+    if cfg.env not in registered_ids():
+        fail(PROG, f"unknown environment {cfg.env!r}; known: {', '.join(registered_ids())}")
+    try:
+        run(cfg)
+    except (UsageError, ValueError) as e:
+        fail(PROG, str(e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""How the hot loop runs: eager, compiled with Inductor, or replayed as CUDA graphs (``--compile``).
+
+The loop is cut into units with static shapes and no randomness inside: the rollout step (policy + opponent +
+environment transition + auto-reset + the step's record), GAE, the minibatch loss (forward; its backward is
+compiled with it by AOTAutograd) and the optimiser step. Every random number (sampling noise, fresh episode
+starts, minibatch permutations) is drawn eagerly before the units run, in the order the eager reference code
+draws it, so the three modes give the same results for the same generator states.
+
+Modes:
+
+- ``off``: eager PyTorch.
+- ``inductor``: each unit is ``torch.compile``-d (Inductor, ``dynamic=False``): the first iteration pays the
+  compile time (reported separately by ``rl-gpu bench``), later ones run fused kernels.
+- ``cudagraphs`` (CUDA only): Inductor units, and :class:`CUDAGraphRunner` captures one whole iteration
+  (T rollout steps, GAE, every minibatch's forward, backward, gradient clipping and Adam step with
+  ``capturable=True``, the observation normaliser) into a single CUDA graph that is replayed each iteration. Only
+  the random draws into static buffers and the learning-rate ``fill_`` run outside it.
+- ``auto``: ``cudagraphs`` on CUDA; on CPU :data:`CPU_AUTO` (chosen by measurement, see benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Literal, TypeVar
+
+import torch
+
+CompileMode = Literal["auto", "off", "inductor", "cudagraphs"]
+MODES: tuple[str, ...] = ("auto", "off", "inductor", "cudagraphs")
+
+CPU_AUTO = "off"
+"""What ``auto`` means on CPU. Measured on a 2-core CPU with one thread (benchmarks/README.md): Inductor's
+cold compile of the units (tens of seconds) costs more than it saves in runs of a few minutes, and its
+steady-state gain at N <= 4096 is small because the MLP's matrix products dominate; ``--compile inductor``
+pays off for long runs at large N."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def resolve_compile(mode: str, device: torch.device | str) -> str:
+    """``mode`` with ``auto`` resolved for ``device``; ``cudagraphs`` without CUDA is a ``ValueError``."""
+    device = torch.device(device)
+    if mode not in MODES:
+        raise ValueError(f"compile mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "auto":
+        return "cudagraphs" if device.type == "cuda" else CPU_AUTO
+    if mode == "cudagraphs" and device.type != "cuda":
+        raise ValueError(f"--compile cudagraphs needs a CUDA device, the loop runs on {device}")
+    return mode
+
+
+def compile_unit(fn: F, mode: str) -> F:
+    """``fn`` itself (``off``) or compiled with Inductor for static shapes (every other mode).
+
+    ``fullgraph=True``: a unit that would break the graph (a host read, a data-dependent shape) fails loudly
+    instead of silently falling back to eager code.
+    """
+    if mode == "off":
+        return fn
+    if mode not in ("inductor", "cudagraphs"):
+        raise ValueError(f"unresolved compile mode {mode!r}; call resolve_compile first")
+    return torch.compile(fn, dynamic=False, fullgraph=True)
+
+
+class CUDAGraphRunner:
+    """Run ``fn()`` (which reads only static input buffers) eagerly ``warmup`` times on a side stream, then
+    capture it into one CUDA graph and replay that graph on every later call.
+
+    The eager warm-up calls are real calls (their results are returned), so nothing is run twice: the capture
+    records without executing, and the replay right after it performs that call. Outputs of a replay live in
+    the graph's memory pool and are overwritten by the next replay.
+    """
+
+    def __init__(self, fn: Callable[[], Any], warmup: int = 1) -> None:
+        self.fn = fn
+        self.warmup = warmup
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.output: Any = None
+
+    @property
+    def captured(self) -> bool:
+        return self.graph is not None
+
+    def __call__(self) -> Any:
+        self.calls += 1
+        if self.graph is None and self.calls <= self.warmup:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                output = self.fn()
+            torch.cuda.current_stream().wait_stream(side)
+            return output
+        if self.graph is None:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.output = self.fn()
+            self.graph = graph
+        self.graph.replay()
+        return self.output
+
+
+def _parts(tree: Any) -> list:
+    if dataclasses.is_dataclass(tree):
+        return [getattr(tree, f.name) for f in dataclasses.fields(tree)]
+    return list(tree)
+
+
+def copy_tree_(dst: Any, src: Any) -> None:
+    """``dst.copy_(src)`` for every tensor of two equally nested tuples, NamedTuples or dataclasses."""
+    if isinstance(dst, torch.Tensor):
+        dst.copy_(src)
+        return
+    if dst is None:
+        return
+    for d, s in zip(_parts(dst), _parts(src)):
+        copy_tree_(d, s)
+
+
+def clone_tree(tree: Any) -> Any:
+    """A copy of a nest of tuples, NamedTuples or dataclasses of tensors, with fresh storage for each tensor."""
+    if isinstance(tree, torch.Tensor):
+        return tree.clone()
+    if tree is None or isinstance(tree, (int, float, bool, str)):
+        return tree
+    parts = [clone_tree(x) for x in _parts(tree)]
+    if dataclasses.is_dataclass(tree):
+        return type(tree)(**{f.name: x for f, x in zip(dataclasses.fields(tree), parts)})
+    return type(tree)(*parts) if hasattr(tree, "_fields") else type(tree)(parts)
+
+
+class GraphedFunction:
+    """``fn(*inputs)`` replayed as a CUDA graph. ``inputs`` are nests of tuples/dataclasses of tensors; each call
+    copies them into static buffers (allocated on the first call) that the captured graph reads. Warm-up and
+    capture as in :class:`CUDAGraphRunner`; outputs are the graph's and are overwritten by the next call."""
+
+    def __init__(self, fn: Callable[..., Any], warmup: int = 1) -> None:
+        self.fn = fn
+        self.warmup = warmup
+        self.static: tuple | None = None
+        self.runner: CUDAGraphRunner | None = None
+
+    def __call__(self, *inputs: Any) -> Any:
+        if self.static is None:
+            self.static = clone_tree(inputs)
+            static = self.static
+            self.runner = CUDAGraphRunner(lambda: self.fn(*static), self.warmup)
+        else:
+            copy_tree_(self.static, inputs)
+        return self.runner()

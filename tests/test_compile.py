@@ -1,0 +1,250 @@
+"""Eager, compiled and graph-captured hot loops give the same results for the same inputs and generator states;
+the rollout engine is :func:`collect`; ``target_kl`` as a device flag is exactly stopping the update."""
+
+import copy
+import math
+from dataclasses import fields
+
+import pytest
+import torch
+from torch import nn
+
+from rl_gpu.compile import resolve_compile
+from rl_gpu.envs.registry import make
+from rl_gpu.gae import compute_gae
+from rl_gpu.optimization import PPO, PPOConfig, ppo_loss, update_policy
+from rl_gpu.policy import policy_for_env
+from rl_gpu.rollout import EnvStepper, RolloutEngine, collect, step_chunk
+
+CASES = [("CartPole-v1", False), ("RussianRoulette-v0", True), ("Pendulum-v1", False)]
+
+
+def _env_policy(env_id, n=16, device="cpu", normalize_obs=False):
+    env = make(env_id, num_envs=n, seed=3, device=device, validate_actions=False)
+    torch.manual_seed(0)
+    return env, policy_for_env(env, normalize_obs=normalize_obs).to(device)
+
+
+def _assert_rollouts(a, b, exact=True):
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if exact or not x.is_floating_point():
+            assert torch.equal(x, y), f.name
+        else:
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=f.name)
+
+
+def test_resolve_compile():
+    assert resolve_compile("auto", "cpu") == "off"
+    assert resolve_compile("inductor", "cpu") == "inductor"
+    with pytest.raises(ValueError, match="CUDA"):
+        resolve_compile("cudagraphs", "cpu")
+    with pytest.raises(ValueError, match="one of"):
+        resolve_compile("fast", "cpu")
+
+
+@pytest.mark.parametrize("env_id, episodic", CASES)
+def test_engine_is_collect_bit_for_bit(env_id, episodic):
+    results = []
+    for use_engine in (False, True):
+        env, policy = _env_policy(env_id)
+        g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+        engine = RolloutEngine(policy, env, 12, episodic=episodic)
+        results.append([engine.collect(g1, g2) if use_engine else
+                        collect(policy, env, 12, g1, episodic=episodic, opponent_rng=g2) for _ in range(2)])
+        results[-1].append(env.state)
+    for a, b in zip(results[0][:2], results[1][:2]):
+        _assert_rollouts(a, b)
+    for x, y in zip(results[0][2][1:], results[1][2][1:]):
+        assert torch.equal(x, y)
+
+
+def _reference_update(policy, optimizer, batch, config, generator):
+    """The former update: host-checked target_kl that breaks out of the epoch loop."""
+    adv, ret = compute_gae(batch.reward * config.reward_scale, batch.value, batch.terminated, batch.truncated,
+                           batch.final_value, batch.bootstrap_value, config.gamma, config.gae_lambda, batch.weight)
+    flat = {"obs": batch.obs.flatten(0, 1), "action": batch.action.flatten(0, 1),
+            "action_mask": batch.action_mask.flatten(0, 1), "log_prob": batch.log_prob.flatten(0, 1),
+            "value": batch.value.flatten(0, 1), "advantage": adv.flatten(0, 1), "returns": ret.flatten(0, 1),
+            "weight": batch.weight.flatten(0, 1)}
+    size = flat["weight"].shape[0]
+    mb = size // config.num_minibatches
+    totals, count, epochs = {}, 0, 0
+    for _ in range(config.update_epochs):
+        order = torch.randperm(size, generator=generator)
+        for start in range(0, size, mb):
+            idx = order[start:start + mb]
+            loss, stats = ppo_loss(policy, {k: v[idx] for k, v in flat.items()}, config)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            gn = nn.utils.clip_grad_norm_(policy.parameters(), config.max_grad_norm)
+            optimizer.step()
+            for k, v in {"loss": loss.detach(), "grad_norm": gn, **stats}.items():
+                totals[k] = totals.get(k, 0) + v.detach()
+            count += 1
+        epochs += 1
+        if config.target_kl is not None and bool(stats["approx_kl"] > config.target_kl):
+            break
+    return {k: float(v / count) for k, v in totals.items()}, epochs
+
+
+@pytest.mark.parametrize("target_kl, epochs_run", [(None, 4), (1e-9, 1), (0.012, 2)])
+def test_target_kl_device_flag_is_exactly_stopping(target_kl, epochs_run):
+    env, policy = _env_policy("CartPole-v1", n=64)
+    batch = collect(policy, env, 16, torch.Generator().manual_seed(1))
+    config = PPOConfig(target_kl=target_kl, update_epochs=4, num_minibatches=4)
+    p1, p2 = copy.deepcopy(policy), copy.deepcopy(policy)
+    o1 = torch.optim.Adam(p1.parameters(), lr=1e-2, eps=1e-5)
+    o2 = torch.optim.Adam(p2.parameters(), lr=1e-2, eps=1e-5)
+    expected, epochs = _reference_update(p1, o1, batch, config, torch.Generator().manual_seed(5))
+    assert epochs == epochs_run
+    got = update_policy(p2, o2, batch, config, torch.Generator().manual_seed(5)).as_floats()
+    for a, b in zip(p1.parameters(), p2.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(p1.parameters(), p2.parameters()):
+        for name in o1.state[a]:
+            assert torch.equal(o1.state[a][name], o2.state[b][name]), name
+    for k, v in expected.items():
+        assert math.isclose(v, got[k], rel_tol=1e-5, abs_tol=1e-7), k
+
+
+@pytest.mark.parametrize("env_id, episodic", CASES[:2])
+def test_iterate_is_collect_then_update(env_id, episodic):
+    runs = []
+    for fused in (True, False):
+        env, policy = _env_policy(env_id, normalize_obs=True)
+        algo = PPO(policy, PPOConfig(num_minibatches=2, update_epochs=2, target_kl=0.01), 1e-3, seed=4)
+        g = torch.Generator().manual_seed(2)
+        out = []
+        for _ in range(2):
+            if fused:
+                out.append(algo.iterate(env, 10, episodic=episodic, opponent_rng=g))
+            else:
+                rollout = collect(policy, env, 10, algo.policy_rng, episodic=episodic, opponent_rng=g)
+                out.append((rollout, algo.update(rollout)))
+        runs.append((out, [p.detach().clone() for p in policy.parameters()], policy.obs_rms.mean.clone()))
+    (a, pa, ma), (b, pb, mb) = runs
+    for (ra, ua), (rb, ub) in zip(a, b):
+        _assert_rollouts(ra, rb)
+        assert ua.as_floats() == ub.as_floats()
+    assert all(torch.equal(x, y) for x, y in zip(pa, pb)) and torch.equal(ma, mb)
+
+
+def test_learning_rate_tensor_and_flags_survive_load_state_dict():
+    env, policy = _env_policy("CartPole-v1")
+    algo = PPO(policy, PPOConfig(num_minibatches=2), 1e-3, seed=1)
+    algo.iterate(env, 8)
+    algo.set_learning_rate(4e-4)
+    saved = copy.deepcopy(algo.state_dict())
+    other = PPO(copy.deepcopy(policy), PPOConfig(num_minibatches=2), 1e-3, seed=2)
+    other.iterate(env, 8)
+    state_tensors = [t for s in other.optimizer.state.values() for t in s.values()]
+    other.load_state_dict(saved)
+    group = other.optimizer.param_groups[0]
+    assert group["lr"] is other.lr and float(other.lr) == pytest.approx(4e-4) and group["fused"]
+    assert all(any(t is u for u in state_tensors) for s in other.optimizer.state.values() for t in s.values())
+    for p, q in zip(algo.policy.parameters(), other.policy.parameters()):
+        for name, value in algo.optimizer.state[p].items():
+            assert torch.equal(value, other.optimizer.state[q][name])
+    # A state dict written by a plain optimiser (float learning rate, no fused flag) loads into the tensor one.
+    plain = torch.optim.Adam(policy.parameters(), lr=2e-4, eps=1e-5)
+    plain.zero_grad()
+    sum(p.sum() for p in policy.parameters()).backward()
+    plain.step()
+    other.load_state_dict({**saved, "optimizer": plain.state_dict()})
+    assert other.optimizer.param_groups[0]["lr"] is other.lr and float(other.lr) == pytest.approx(2e-4)
+    other.iterate(env, 8)
+
+
+def test_step_chunk_counts_reused_starts_and_uses_each_slot_once():
+    env = make("CartPole-v1", num_envs=6, seed=0, validate_actions=False)
+    stepper = EnvStepper(env, "off", chunk=32, slots=1)
+    actions = torch.ones(32, 6, dtype=torch.long)
+    state = env.state
+    pool = stepper.draw_pool()
+    final, reused = step_chunk(env, state, actions, pool)
+    # Always pushing right ends an episode in about 9 steps: some rows end twice, and the second end reuses.
+    replay, ends = state, torch.zeros(6, dtype=torch.long)
+    for i in range(32):
+        replay, result = env.step_state(replay, actions[i], type(pool)(*(x[0] for x in pool)))
+        ends += (result.terminated | result.truncated).long()
+    assert int(reused) == int((ends - 1).clamp(min=0).sum()) > 0
+    assert all(torch.equal(x, y) for x, y in zip(final.inner, replay.inner))
+
+
+@pytest.mark.parametrize("env_id, episodic", [CASES[0]])
+def test_inductor_matches_eager_on_cpu(env_id, episodic):
+    _compiled_matches_eager(env_id, episodic, "cpu", ("off", "inductor"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id, episodic", CASES[1:])
+def test_inductor_matches_eager_on_cpu_other_envs(env_id, episodic):
+    _compiled_matches_eager(env_id, episodic, "cpu", ("off", "inductor"))
+
+
+@pytest.mark.slow
+def test_compiled_env_stepper_matches_eager():
+    states = []
+    for mode in ("off", "inductor"):
+        env = make("CartPole-v1", num_envs=64, seed=0, validate_actions=False)
+        stepper = EnvStepper(env, mode)
+        actions = torch.randint(0, 2, (16, 64), generator=torch.Generator().manual_seed(0))
+        for _ in range(3):
+            stepper.step(actions)
+        states.append((env.state, int(stepper.reused)))
+    (a, ra), (b, rb) = states
+    assert ra == rb == 0
+    for x, y in zip(a.inner, b.inner):
+        torch.testing.assert_close(x, y, atol=1e-12, rtol=1e-12)
+    assert torch.equal(a.episode_step, b.episode_step)
+
+
+def _compiled_matches_eager(env_id, episodic, device, modes):
+    runs = {}
+    for mode in modes:
+        env, policy = _env_policy(env_id, n=8, device=device, normalize_obs=True)
+        algo = PPO(policy, PPOConfig(num_minibatches=2, update_epochs=2, target_kl=0.02), 1e-3, seed=4,
+                   compile=mode)
+        g = torch.Generator(device=device).manual_seed(2)
+        out = []
+        for i in range(3):
+            if i == 1:
+                rollout = algo.collect(env, 8, episodic=episodic, opponent_rng=g)
+                metrics = algo.update(rollout)
+            else:
+                rollout, metrics = algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
+            out.append((copy.deepcopy(rollout), metrics.as_floats()))
+        runs[mode] = (out, [p.detach().clone() for p in policy.parameters()])
+    base_out, base_params = runs[modes[0]]
+    for mode in modes[1:]:
+        out, params = runs[mode]
+        for (ra, ma), (rb, mb) in zip(base_out, out):
+            _assert_rollouts(ra, rb, exact=False)
+            for k in ma:
+                assert math.isclose(ma[k], mb[k], rel_tol=1e-3, abs_tol=1e-5), (mode, k)
+        for x, y in zip(base_params, params):
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("env_id, episodic", CASES)
+def test_cuda_modes_match_eager(env_id, episodic):
+    _compiled_matches_eager(env_id, episodic, "cuda", ("off", "inductor", "cudagraphs"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("env_id, episodic", CASES)
+def test_cuda_engine_is_collect(env_id, episodic):
+    results = []
+    for use_engine in (False, True):
+        env, policy = _env_policy(env_id, device="cuda")
+        g1 = torch.Generator(device="cuda").manual_seed(1)
+        g2 = torch.Generator(device="cuda").manual_seed(2)
+        engine = RolloutEngine(policy, env, 12, episodic=episodic)
+        results.append([engine.collect(g1, g2) if use_engine else
+                        collect(policy, env, 12, g1, episodic=episodic, opponent_rng=g2) for _ in range(2)])
+    for a, b in zip(*results):
+        _assert_rollouts(a, b)

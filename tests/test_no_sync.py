@@ -1,0 +1,150 @@
+"""The hot loop never synchronises with the host: collecting and updating make no .item(), .cpu(), .tolist(),
+bool(tensor), nonzero() or data-dependent shapes. On CPU the calls are made to raise; on CUDA
+(``-m gpu`` machines) a few iterations run under ``torch.cuda.set_sync_debug_mode("error")``."""
+
+import contextlib
+import sys
+
+import pytest
+import torch
+
+from rl_gpu.envs.registry import make
+from rl_gpu.optimization import PPO, PPOConfig, update_policy
+from rl_gpu.policy import policy_for_env
+from rl_gpu.rollout import RolloutEngine, collect
+
+HOST_READS = ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__int__", "__float__", "__index__")
+
+
+class HostSync(AssertionError):
+    pass
+
+
+def _allowed(name: str, tensor: torch.Tensor) -> bool:
+    # torch.optim's non-capturable Adam reads its step counter with .item(); it keeps that counter in host memory
+    # (also on CUDA), so the read is not a device synchronisation. Allowed for that one caller only.
+    caller = sys._getframe(2)
+    return name == "item" and caller.f_code.co_name == "_get_value" and "torch/optim" in caller.f_code.co_filename
+
+
+@contextlib.contextmanager
+def forbid_host_sync():
+    """Make every host read of a tensor (and torch.nonzero) raise :class:`HostSync` inside the block."""
+    originals = {name: getattr(torch.Tensor, name) for name in HOST_READS}
+    original_nonzero = torch.nonzero
+
+    def guard(name):
+        def method(self, *args, **kwargs):
+            if _allowed(name, self):
+                return originals[name](self, *args, **kwargs)
+            raise HostSync(f"host synchronisation: Tensor.{name}() in the hot loop")
+        return method
+
+    def nonzero(*args, **kwargs):
+        raise HostSync("host synchronisation: torch.nonzero() in the hot loop")
+
+    def masked(name):
+        # Indexing with a bool tensor has a data-dependent shape (it runs nonzero() in C++).
+        def method(self, index, *rest):
+            parts = index if isinstance(index, tuple) else (index,)
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.dim() > 0 for i in parts):
+                raise HostSync(f"data-dependent shape: boolean-mask Tensor.{name}")
+            return originals[name](self, index, *rest)
+        return method
+
+    for name in HOST_READS:
+        setattr(torch.Tensor, name, guard(name))
+    for name in ("__getitem__", "__setitem__"):
+        originals[name] = getattr(torch.Tensor, name)
+        setattr(torch.Tensor, name, masked(name))
+    torch.nonzero = nonzero
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(torch.Tensor, name, fn)
+        torch.nonzero = original_nonzero
+
+
+def test_the_guard_catches_host_reads():
+    x = torch.ones(3)
+    for read in (lambda: x.sum().item(), lambda: bool(x.any()), lambda: x.tolist(), lambda: x.nonzero(),
+                 lambda: torch.nonzero(x), lambda: float(x[0]), lambda: int(x[0]), lambda: x.cpu(),
+                 lambda: x[x > 0], lambda: x.__setitem__(x > 0, 0.0)):
+        with forbid_host_sync(), pytest.raises(HostSync):
+            read()
+    assert x.sum().item() == 3.0
+
+
+def _setup(env_id, n=16, **ppo):
+    env = make(env_id, num_envs=n, seed=1, validate_actions=False)
+    torch.manual_seed(0)
+    policy = policy_for_env(env, normalize_obs=True)
+    config = PPOConfig(num_minibatches=2, update_epochs=3, **ppo)
+    return env, policy, config
+
+
+@pytest.mark.parametrize("env_id, episodic", [("CartPole-v1", False), ("RussianRoulette-v0", True),
+                                              ("Pendulum-v1", False)])
+def test_collect_and_engine_do_not_synchronise(env_id, episodic):
+    env, policy, _ = _setup(env_id)
+    g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)
+    engine = RolloutEngine(policy, env, 12, episodic=episodic)
+    with forbid_host_sync():
+        collect(policy, env, 12, g1, episodic=episodic, opponent_rng=g2)
+        rollout = engine.collect(g1, g2)
+        rollout.episode_stats()
+        rollout.transitions()
+
+
+@pytest.mark.parametrize("target_kl", [None, 1e-6])
+def test_update_does_not_synchronise_with_or_without_target_kl(target_kl):
+    env, policy, config = _setup("CartPole-v1", target_kl=target_kl)
+    batch = collect(policy, env, 8, torch.Generator().manual_seed(1))
+    plain = torch.optim.Adam(policy.parameters(), lr=1e-3)
+    algo = PPO(policy, config, 1e-3, seed=3)
+    with forbid_host_sync():
+        update_policy(policy, plain, batch, config, torch.Generator().manual_seed(0))
+        update_policy(policy, plain, batch, config, torch.Generator().manual_seed(0))
+        algo.update(batch)
+        algo.update(batch)
+        algo.set_learning_rate(5e-4)
+
+
+@pytest.mark.parametrize("env_id, episodic", [("CartPole-v1", False), ("RussianRoulette-v0", True)])
+def test_whole_iteration_does_not_synchronise(env_id, episodic):
+    env, policy, config = _setup(env_id, target_kl=0.01)
+    algo = PPO(policy, config, 1e-3, seed=3)
+    g = torch.Generator().manual_seed(2)
+    algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
+    with forbid_host_sync():
+        for _ in range(2):
+            rollout, metrics = algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
+            rollout.episode_stats()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("mode", ["off", "inductor", "cudagraphs"])
+@pytest.mark.parametrize("env_id, episodic", [("CartPole-v1", False), ("RussianRoulette-v0", True)])
+def test_cuda_iterations_under_sync_debug_mode_error(mode, env_id, episodic):
+    env = make(env_id, num_envs=256, seed=1, device="cuda", validate_actions=False)
+    torch.manual_seed(0)
+    policy = policy_for_env(env, normalize_obs=True).cuda()
+    algo = PPO(policy, PPOConfig(num_minibatches=4, update_epochs=2, target_kl=0.01), 1e-3, seed=3, compile=mode)
+    g = torch.Generator(device="cuda").manual_seed(2)
+    # The first calls compile and (cudagraphs) warm up and capture; those may synchronise.
+    for _ in range(2):
+        algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
+        algo.update(algo.collect(env, 8, episodic=episodic, opponent_rng=g))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            algo.set_learning_rate(5e-4)
+            algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
+            rollout = algo.collect(env, 8, episodic=episodic, opponent_rng=g)
+            algo.update(rollout)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()

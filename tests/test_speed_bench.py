@@ -1,0 +1,106 @@
+"""``rl-gpu bench``: what it measures, counts and records; rollout storage per environment."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rl_gpu import bench
+from rl_gpu.envs.registry import make
+from rl_gpu.optimization import PPO, PPOConfig
+from rl_gpu.policy import policy_for_env
+from rl_gpu.rollout import RolloutEngine, noise_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(tmp_path, *args):
+    out = tmp_path / "bench.json"
+    lines = []
+    cfg = bench.parse(bench.BenchConfig, bench.PROG, [*args, "--output", str(out)])
+    bench.run(cfg, log=lines.append)
+    return json.loads(out.read_text()), "\n".join(lines)
+
+
+def test_bench_measures_every_cell_and_records_the_machine(tmp_path):
+    doc, text = _bench(tmp_path, "--num-envs", "8", "16", "--compile", "off", "--repeats", "2",
+                       "--env-transitions", "256", "--num-steps", "4")
+    cells = doc["results"]
+    assert {(c["measure"], c["num_envs"]) for c in cells} == {(m, n) for m in bench.MEASURES for n in (8, 16)}
+    for c in cells:
+        assert c["transitions_per_s"] > 0 and len(c["call_s"]) == 2 and c["first_call_s"] > 0
+    train = next(c for c in cells if c["measure"] == "train" and c["num_envs"] == 16)
+    assert train["transitions_per_call"] == 4 * 16 and train["rollout_bytes_per_env"] > 0
+    assert doc["threads"] == 1 and doc["environment"]["cpu"] and doc["environment"]["packages"]["torch"]
+    assert "transitions" in doc["counts"] and "transitions per second" in text
+
+
+def test_bench_counts_only_live_slots_of_episodic_games(tmp_path):
+    doc, text = _bench(tmp_path, "--env", "RussianRoulette-v0", "--num-envs", "64", "--compile", "off",
+                       "--repeats", "1", "--measure", "collect", "env")
+    (cell,) = doc["results"]
+    assert cell["measure"] == "collect" and cell["episodic"]
+    # Games last 2..10 steps of a 10-step rollout: padding slots are not transitions.
+    assert 2 * 64 <= cell["transitions_per_call"] < 10 * 64
+    assert "env-only skipped" in text
+
+
+def test_bench_compares_with_gymnasium(tmp_path):
+    pytest.importorskip("gymnasium")
+    doc, text = _bench(tmp_path, "--num-envs", "32", "--compile", "off", "--repeats", "1", "--measure", "env",
+                       "--env-transitions", "512", "--compare", "gymnasium")
+    gym = next(c for c in doc["results"] if c["compile"] == "gymnasium")
+    # Gymnasium's reset-only steps (next-step autoreset) are not counted as transitions.
+    assert gym["transitions_per_call"] <= gym["steps_per_call"] * 32
+    (ratio,) = doc["gymnasium_ratios"]
+    assert ratio["ratio"] > 0 and "/ Gymnasium" in text
+
+
+def test_bench_cli_refuses_bad_input():
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    for args in (["--num-envs", "0"], ["--env", "Nope-v0"], ["--compile", "cudagraphs", "--device", "cpu"]):
+        out = subprocess.run([sys.executable, "-m", "rl_gpu", "bench", *args, "--output", os.devnull],
+                             capture_output=True, text=True, env=env)
+        assert out.returncode == 2 and out.stderr.startswith("rl-gpu bench: error:"), (args, out.stderr)
+        assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_rollout_storage_of_65536_cartpoles_is_well_under_2_gb():
+    env = make("CartPole-v1", num_envs=64, seed=0, validate_actions=False)
+    policy = policy_for_env(env)
+    engine = RolloutEngine(policy, env, 16)
+    noise = engine.draw(torch.Generator().manual_seed(0))
+    rollout, _ = engine.run(noise)
+    per_env = (rollout.storage_bytes() + noise_bytes(noise)) / 64
+    # Rollout fields plus the update's advantages, returns and per-epoch permutations, for N = 65536, T = 16.
+    update_extra = 16 * (4 + 4 + 4 * 8)
+    assert per_env * 65536 + update_extra * 65536 < 0.25 * 2**30
+
+
+@pytest.mark.slow
+def test_one_iteration_with_65536_cartpoles_runs_in_well_under_2_gb(tmp_path):
+    code = (
+        "import resource, torch\n"
+        "from rl_gpu.envs.registry import make\n"
+        "from rl_gpu.optimization import PPO, PPOConfig\n"
+        "from rl_gpu.policy import policy_for_env\n"
+        "torch.set_num_threads(1)\n"
+        "env = make('CartPole-v1', num_envs=65536, seed=0, validate_actions=False)\n"
+        "algo = PPO(policy_for_env(env), PPOConfig(update_epochs=1), 1e-3, 0)\n"
+        "algo.iterate(env, 16)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    peak = int(out.stdout.strip().splitlines()[-1])
+    assert peak < 2**30, f"peak resident memory {peak / 2**20:.0f} MiB"
+
+
+def test_ppo_without_compile_flag_is_eager_on_cpu():
+    env = make("CartPole-v1", num_envs=8, seed=0, validate_actions=False)
+    algo = PPO(policy_for_env(env), PPOConfig(num_minibatches=2), 1e-3, 0, compile="auto")
+    assert algo.compile == "off"
