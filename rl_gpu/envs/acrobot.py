@@ -99,18 +99,10 @@ class AcrobotEnv(TensorEnv[AcrobotState]):
     reset_low = -0.1
     reset_high = 0.1
 
-    def __init__(
-        self,
-        num_envs: int,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        *,
-        autoreset: bool = True,
-        validate_actions: bool = True,
-        **params: float,
-    ) -> None:
-        self.params = AcrobotParams(**params)
-        super().__init__(num_envs, device, seed, autoreset=autoreset, validate_actions=validate_actions)
+    params_type = AcrobotParams
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self._torques = torch.tensor(self.params.AVAIL_TORQUE, dtype=torch.float64, device=self.device)
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> AcrobotState:

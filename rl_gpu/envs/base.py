@@ -99,6 +99,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         validate_actions: check every action's range and legality in :meth:`step`. Each check reads a
             value back to the host, so the trainer turns it off in its hot loop; shape, dtype and device
             are always checked (free).
+        **params: fields of :attr:`params_type` to override.
     """
 
     obs_shape: tuple[int, ...]
@@ -115,6 +116,9 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     """P: 1 for single-agent tasks; 2 for two-player turn-based games."""
     max_episode_steps: int | None = None
     """Time limit in steps (``truncated`` when reached), or None for none."""
+    params_type: type | None = None
+    """A frozen dataclass of physical or game parameters; constructor keyword arguments override its fields
+    and the result is ``self.params``. None: the environment takes no parameters."""
 
     def __init__(
         self,
@@ -124,9 +128,14 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         *,
         autoreset: bool = True,
         validate_actions: bool = True,
+        **params,
     ) -> None:
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if self.params_type is not None:
+            self.params = self.params_type(**params)
+        elif params:
+            raise TypeError(f"{type(self).__name__} takes no parameters, got {', '.join(sorted(params))}")
         self.num_envs = num_envs
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:

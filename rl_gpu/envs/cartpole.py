@@ -82,18 +82,7 @@ class CartPoleEnv(TensorEnv[CartPoleState]):
     reset_low = -0.05
     reset_high = 0.05
 
-    def __init__(
-        self,
-        num_envs: int,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        *,
-        autoreset: bool = True,
-        validate_actions: bool = True,
-        **params: float | bool,
-    ) -> None:
-        self.params = CartPoleParams(**params)
-        super().__init__(num_envs, device, seed, autoreset=autoreset, validate_actions=validate_actions)
+    params_type = CartPoleParams
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> CartPoleState:
         u = torch.rand(4, num_envs, dtype=torch.float64, device=self.device, generator=generator)

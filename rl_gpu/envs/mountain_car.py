@@ -110,18 +110,7 @@ class MountainCarEnv(TensorEnv[MountainCarState]):
     num_actions = 3
     max_episode_steps = 200
 
-    def __init__(
-        self,
-        num_envs: int,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        *,
-        autoreset: bool = True,
-        validate_actions: bool = True,
-        **params: float,
-    ) -> None:
-        self.params = MountainCarParams(**params)
-        super().__init__(num_envs, device, seed, autoreset=autoreset, validate_actions=validate_actions)
+    params_type = MountainCarParams
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> MountainCarState:
         u = torch.rand(num_envs, dtype=torch.float64, device=self.device, generator=generator)
@@ -167,20 +156,12 @@ class MountainCarContinuousEnv(TensorEnv[ContinuousMountainCarState]):
     action_high = (ContinuousMountainCarParams.max_action,)
     max_episode_steps = 999
 
-    def __init__(
-        self,
-        num_envs: int,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        *,
-        autoreset: bool = True,
-        validate_actions: bool = True,
-        **params: float,
-    ) -> None:
-        self.params = ContinuousMountainCarParams(**params)
+    params_type = ContinuousMountainCarParams
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self.action_low = (self.params.min_action,)
         self.action_high = (self.params.max_action,)
-        super().__init__(num_envs, device, seed, autoreset=autoreset, validate_actions=validate_actions)
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> ContinuousMountainCarState:
         u = torch.rand(num_envs, dtype=torch.float64, device=self.device, generator=generator)

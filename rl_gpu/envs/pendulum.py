@@ -70,20 +70,12 @@ class PendulumEnv(TensorEnv[PendulumState]):
     action_high = (PendulumParams.max_torque,)
     max_episode_steps = 200
 
-    def __init__(
-        self,
-        num_envs: int,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        *,
-        autoreset: bool = True,
-        validate_actions: bool = True,
-        **params: float,
-    ) -> None:
-        self.params = PendulumParams(**params)
+    params_type = PendulumParams
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
         self.action_low = (-self.params.max_torque,)
         self.action_high = (self.params.max_torque,)
-        super().__init__(num_envs, device, seed, autoreset=autoreset, validate_actions=validate_actions)
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> PendulumState:
         p = self.params
