@@ -31,13 +31,15 @@ THRESHOLD = 475.0
 EVAL_EPISODES = 20
 
 # RL-Zoo (rl-baselines3-zoo, hyperparams/ppo.yml) CartPole-v1.
-ZOO = dict(n_envs=8, n_timesteps=100_000, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-           ent_coef=0.0, learning_rate=0.001, clip_range=0.2)
+ZOO = {"n_envs": 8, "n_timesteps": 100_000, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98,
+       "n_epochs": 20, "ent_coef": 0.0, "learning_rate": 0.001, "clip_range": 0.2}
 
-# rl_gpu's settings for this benchmark: many short rollouts of a modest batch (each update sees 4096
-# transitions, 4 minibatches, 4 epochs), learning rate annealed over 100k steps as the Zoo's is.
-OURS = dict(num_envs=64, num_steps=64, update_epochs=4, num_minibatches=4, learning_rate=2.5e-3, gamma=0.99,
-            gae_lambda=0.95, ent_coef=0.0, clip_coef=0.2, anneal_steps=100_000, max_env_steps=300_000)
+# rl_gpu's settings for this benchmark, chosen by a small search on seeds 1-5 (benchmarks/README.md): 32
+# environments x 32 steps per update (1024 transitions), 10 epochs of 2 minibatches, the Zoo's gamma and lambda, no
+# value clipping (SB3's default), learning rate 2e-3 annealed linearly over 100k steps as the Zoo's 1e-3 is.
+OURS = {"num_envs": 32, "num_steps": 32, "update_epochs": 10, "num_minibatches": 2, "learning_rate": 2e-3,
+        "gamma": 0.98, "gae_lambda": 0.8, "ent_coef": 0.0, "clip_coef": 0.2, "clip_vloss": False,
+        "anneal_steps": 100_000, "max_env_steps": 300_000}
 
 
 def evaluate_deterministic(policy, seed: int) -> float:
@@ -166,7 +168,7 @@ def run_worker(library: str, seed: int, args: argparse.Namespace) -> dict:
            "--compile", args.compile, "--settings", json.dumps(args.settings)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     process = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(f"{library} seed {seed} failed:\n{out.stderr[-3000:]}")

@@ -18,13 +18,15 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import resource
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import torch
 
@@ -56,6 +58,9 @@ class BenchConfig:
     """T, steps per rollout (default 16; the longest game for turn-based games)"""
     repeats: int = 5
     """timed calls per cell; the median is reported"""
+    minibatch_size: int = 16384
+    """train measurement: PPO minibatch slots (4 epochs of minibatches of at most this size, so the update's
+    work per transition and its memory do not grow with N)"""
     env_transitions: int = 262144
     """env measurement: transitions per timed call (rounded up to whole steps of N rows)"""
     compare: Literal["none", "gymnasium"] = "none"
@@ -68,7 +73,7 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if not self.num_envs or any(isinstance(n, bool) or n <= 0 for n in self.num_envs):
             raise ValueError(f"--num-envs must be positive integers, got {list(self.num_envs)}")
-        for name in ("threads", "repeats", "env_transitions"):
+        for name in ("threads", "repeats", "env_transitions", "minibatch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
@@ -161,8 +166,11 @@ def _algo(cfg: BenchConfig, device: torch.device, n: int, mode: str):
     steps = cfg.num_steps or (episode_horizon(env) if episodic else 16)
     torch.manual_seed(cfg.seed)
     policy = policy_for_env(env).to(device)
-    minibatches = 4 if (steps * n) % 4 == 0 else 1
-    algo = PPO(policy, PPOConfig(num_minibatches=minibatches), 1e-3, cfg.seed, compile=mode)
+    slots = steps * n
+    minibatches = max(1, slots // cfg.minibatch_size)
+    while slots % minibatches:
+        minibatches += 1
+    algo = PPO(policy, PPOConfig(num_minibatches=minibatches, update_epochs=4), 1e-3, cfg.seed, compile=mode)
     opponent_rng = torch.Generator(device=device).manual_seed(cfg.seed + 2)
     return env, algo, steps, episodic, opponent_rng
 
@@ -189,7 +197,8 @@ def bench_rollouts(cfg: BenchConfig, device: torch.device, n: int, mode: str, me
         torch.cuda.reset_peak_memory_stats(device)
     first, second, times = _run_calls(call, device, cfg.repeats)
     transitions = float(live) / calls
-    extra = {"num_steps": steps, "episodic": episodic, "rollout_bytes": storage[0],
+    extra = {"num_steps": steps, "episodic": episodic, "num_minibatches": algo.config.num_minibatches,
+             "update_epochs": algo.config.update_epochs, "rollout_bytes": storage[0],
              "rollout_bytes_per_env": storage[0] / n,
              "noise_bytes_per_env": _noise_bytes(algo, env, steps, episodic) / n,
              "peak_host_bytes": peak_host_bytes()}
@@ -312,11 +321,13 @@ def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
                 log(format_table([cell]).splitlines()[-1])
     doc = {
         "command": "rl-gpu bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "config": {k: (list(v) if isinstance(v, tuple) else str(v) if isinstance(v, Path) else v)
                    for k, v in asdict(cfg).items()},
         "environment": run_environment(device),
         "threads": torch.get_num_threads(),
+        # glibc's allocator settings change CPU figures (see benchmarks/README.md): recorded with the results.
+        "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "LD_PRELOAD"},
         "counts": "transitions: environment rows that took a real step (no padding, no reset-only steps)",
         "results": cells,
         "gymnasium_ratios": ratios(cells),

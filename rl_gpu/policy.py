@@ -13,7 +13,8 @@ Both classes share one interface, which is all that rollouts and updates use:
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn

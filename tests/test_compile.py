@@ -111,14 +111,16 @@ def test_target_kl_device_flag_is_exactly_stopping(target_kl, epochs_run):
 @pytest.mark.parametrize("env_id, episodic", CASES[:2])
 def test_iterate_is_collect_then_update(env_id, episodic):
     runs = []
-    for fused in (True, False):
+    for use_iterate in (True, False):
         env, policy = _env_policy(env_id, normalize_obs=True)
         algo = PPO(policy, PPOConfig(num_minibatches=2, update_epochs=2, target_kl=0.01), 1e-3, seed=4)
         g = torch.Generator().manual_seed(2)
         out = []
         for _ in range(2):
-            if fused:
-                out.append(algo.iterate(env, 10, episodic=episodic, opponent_rng=g))
+            if use_iterate:
+                rollout, metrics = algo.iterate(env, 10, episodic=episodic, opponent_rng=g)
+                # PPO reuses its rollout storage: keep a copy of each.
+                out.append((copy.deepcopy(rollout), metrics))
             else:
                 rollout = collect(policy, env, 10, algo.policy_rng, episodic=episodic, opponent_rng=g)
                 out.append((rollout, algo.update(rollout)))

@@ -119,7 +119,7 @@ def test_whole_iteration_does_not_synchronise(env_id, episodic):
     algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
     with forbid_host_sync():
         for _ in range(2):
-            rollout, metrics = algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
+            rollout, _ = algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
             rollout.episode_stats()
 
 
