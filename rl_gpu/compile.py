@@ -1,8 +1,9 @@
 """How the hot loop runs: eager, compiled with Inductor, or replayed as CUDA graphs (``--compile``).
 
 The loop is cut into units with static shapes and no randomness inside: the rollout step (policy + opponent +
-environment transition + auto-reset + the step's record), GAE, the minibatch loss (forward; its backward is
-compiled with it by AOTAutograd) and the optimiser step. Every random number (sampling noise, fresh episode
+environment transition + auto-reset + the step's record), GAE and the minibatch loss (forward; its backward is
+compiled with it by AOTAutograd). The optimiser step stays eager: fused Adam on CPU, ``capturable`` Adam on CUDA,
+where it is captured with the rest. Every random number (sampling noise, fresh episode
 starts, minibatch permutations) is drawn eagerly before the units run, in the order the eager reference code
 draws it, so the three modes give the same results for the same generator states.
 

@@ -44,6 +44,19 @@ LOWEST_FLOAT32 = float(torch.finfo(torch.float32).min)
 """Masked logits get the lowest finite float32, as :func:`rl_gpu.distributions.mask_logits` does."""
 
 
+def _with_exact_tanh(module: nn.Module) -> nn.Module:
+    """Replace the CPU training form of tanh (:class:`rl_gpu.policy.Tanh`, a custom autograd function that
+    TorchScript and ONNX cannot trace) by ``nn.Tanh``; the two agree to 2e-7."""
+    from rl_gpu.policy import Tanh
+
+    for name, child in module.named_children():
+        if isinstance(child, Tanh):
+            setattr(module, name, nn.Tanh())
+        else:
+            _with_exact_tanh(child)
+    return module
+
+
 class ExportError(ValueError):
     """The policy could not be exported: reported as one line, exit code 2."""
 
@@ -61,7 +74,7 @@ class DeterministicPolicy(nn.Module):
             raise ExportError(
                 f"cannot export a {type(policy).__name__}: expected an rl_gpu actor-critic policy"
             )
-        self.actor = copy.deepcopy(policy.actor).cpu().float().eval()
+        self.actor = _with_exact_tanh(copy.deepcopy(policy.actor)).cpu().float().eval()
         self.discrete = not bool(policy.is_continuous)
         self.masked_logit = LOWEST_FLOAT32
         self.obs_dim = int(policy.obs_dim)

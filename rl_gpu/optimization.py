@@ -198,8 +198,8 @@ class UpdateUnits:
     - ``gae(batch) -> (advantage, returns)``, ``[T, N]`` each;
     - ``loss(flat, idx) -> (loss, stats [5])``, the minibatch forward (its backward is compiled with it);
     - ``step(keep) -> grad_norm``: gradient clipping and the optimiser step; with ``keep`` (0-dim bool) False the
-      step is undone on the device. The optimiser step itself stays eager (Adam is fused on CPU, ``capturable``
-      and graph-captured on CUDA): compiling it bought nothing measurable and cost compile time.
+      step is undone on the device. The optimiser step itself is not compiled (fused Adam on CPU; ``capturable``
+      Adam on CUDA, captured in the CUDA graph with the rest).
     """
 
     def __init__(self, policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOConfig,
@@ -255,7 +255,7 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
     """One PPO update on ``batch`` with the given ``[E, B]`` minibatch permutations; no host synchronisation.
 
     ``weighted=False`` is for rollouts whose weights are all 1 (single-player continuing collection): the same
-    result from a third fewer operations per minibatch, which is most of an eager update's cost at small N.
+    result with fewer operations (plain means, and a GAE recursion of two operations per step instead of 16).
     """
     config, policy, optimizer = units.config, units.policy, units.optimizer
     advantage, returns = units.gae(batch, weighted)
@@ -355,8 +355,6 @@ class PPO:
         self._engines: dict[tuple, RolloutEngine] = {}
         self._graphs: dict[tuple, GraphedFunction] = {}
         self._storage: dict[tuple, Rollout] = {}
-        # ids of rollouts this object keeps alive (its storage, its graphs' outputs) whose weights are all 1.
-        self._unweighted: set[int] = set()
 
     def set_learning_rate(self, lr: float) -> None:
         """Write ``lr`` into the device tensor Adam reads (no re-tracing, no host synchronisation)."""
@@ -412,8 +410,9 @@ class PPO:
             if key not in self._storage:
                 self._storage[key] = engine.empty_rollout()
             rollout, state = engine.run(noise, out=self._storage[key])
-        if not episodic and env.num_players == 1:
-            self._unweighted.add(id(rollout))
+        # Marks a rollout whose weights are all 1 by construction, so update() may skip them. Others (a caller's
+        # own Rollout, a copy) lack the mark and are updated with their weights.
+        rollout._all_weights_one = not episodic and env.num_players == 1
         env.state = state
         return rollout
 
@@ -422,7 +421,7 @@ class PPO:
         No host synchronisation; in ``cudagraphs`` mode one CUDA graph (the rollout is copied into its input)."""
         check_minibatches(rollout, self.config)
         permutations = self._permutations(rollout.reward.numel())
-        weighted = id(rollout) not in self._unweighted
+        weighted = not getattr(rollout, "_all_weights_one", False)
         if self._graphed():
             shape = (rollout.reward.shape, rollout.obs.shape, rollout.action.shape, rollout.action_mask.shape)
             body = partial(self._update_body, weighted=weighted)

@@ -93,7 +93,8 @@ def test_torchscript_matches_the_torch_policy(kind, tmp_path):
         assert torch.equal(loaded(obs, mask), _expected(policy, obs, mask))
         assert torch.equal(loaded(obs), _expected(policy, obs, None))
     else:
-        assert torch.equal(loaded(obs), _expected(policy, obs, None))
+        # The export uses the exact tanh; training on the CPU uses 2 sigmoid(2x) - 1 (within 2e-7).
+        torch.testing.assert_close(loaded(obs), _expected(policy, obs, None), atol=1e-5, rtol=1e-5)
 
 
 def test_export_leaves_the_training_policy_untouched():
