@@ -151,6 +151,11 @@ class _ActorCriticBase(nn.Module):
         """``[N]`` critic estimate for ``[N, O]`` observations."""
         return self.critic(self.preprocess(obs)).squeeze(-1)
 
+    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        """``(actor output [N, A] logits (unmasked) or [N, D] Gaussian mean, value [N])``."""
+        x = self.preprocess(obs)
+        return self.actor(x), self.critic(x).squeeze(-1)
+
 
 class ActorCritic(_ActorCriticBase):
     """Separate actor and critic MLPs; the actor's categorical head never puts mass on illegal actions.
@@ -181,11 +186,6 @@ class ActorCritic(_ActorCriticBase):
         self._init_base(obs_dim, hidden_sizes, normalize_obs)
         self.num_actions = num_actions
         self.actor = mlp(obs_dim, hidden_sizes, num_actions, out_gain=0.01)
-
-    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
-        """``(logits [N, A], value [N])``; logits are unmasked."""
-        x = self.preprocess(obs)
-        return self.actor(x), self.critic(x).squeeze(-1)
 
     def act(
         self,
@@ -255,11 +255,6 @@ class GaussianActorCritic(_ActorCriticBase):
         self.init_log_std = init_log_std
         self.actor = mlp(obs_dim, hidden_sizes, action_dim, out_gain=0.01)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
-
-    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
-        """``(mean [N, D], value [N])``."""
-        x = self.preprocess(obs)
-        return self.actor(x), self.critic(x).squeeze(-1)
 
     def act(
         self,
