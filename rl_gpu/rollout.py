@@ -176,12 +176,8 @@ def collect(
         record["live"].append(live)
 
         step = env.step(action)
-        reward = step.reward if step.reward.dim() == 1 else step.reward.gather(1, learner_seat[:, None]).squeeze(1)
-        ep_return = (
-            step.episode_return
-            if step.episode_return.dim() == 1
-            else step.episode_return.gather(1, learner_seat[:, None]).squeeze(1)
-        )
+        reward = _seat_column(step.reward, learner_seat)
+        ep_return = _seat_column(step.episode_return, learner_seat)
         terminated, truncated = step.terminated & live, step.truncated & live
         if env.max_episode_steps is not None:
             final_value = torch.where(truncated, policy.value(step.final_obs), 0.0)

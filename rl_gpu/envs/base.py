@@ -86,6 +86,25 @@ def tree_where(condition: Tensor, if_true: tuple, if_false: tuple) -> tuple:
     return type(if_true)(*fields) if hasattr(if_true, "_fields") else tuple(fields)
 
 
+def check_action_format(
+    action: Tensor, num_envs: int, action_shape: tuple[int, ...], device: torch.device
+) -> None:
+    """Raise if ``action`` is not a tensor of the batch's shape, kind and device (no value is read, so no host
+    synchronisation): ``[N]`` integers for discrete actions (``action_shape == ()``), ``[N, *action_shape]``
+    floats for continuous ones."""
+    if not isinstance(action, Tensor):
+        raise TypeError(f"action must be a torch.Tensor, got {type(action).__name__}")
+    expected = (num_envs, *action_shape)
+    if tuple(action.shape) != expected:
+        raise ValueError(f"action must have shape {expected}, got {tuple(action.shape)}")
+    if action_shape and not action.is_floating_point():
+        raise ValueError(f"continuous action must be a float tensor, got {action.dtype}")
+    if not action_shape and action.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise ValueError(f"action must be an integer tensor (int64 preferred), got {action.dtype}")
+    if action.device != device:
+        raise ValueError(f"action is on {action.device}, the environments are on {device}")
+
+
 class TensorEnv(abc.ABC, Generic[Inner]):
     """A batch of ``num_envs`` independent environments whose state lives in tensors on ``device``.
 
@@ -273,25 +292,11 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         Continuous actions must be ``[N, D]`` floating point; out-of-bounds values are allowed (the
         environment clips them, as Gymnasium's do) but NaN/inf are refused when validating.
         """
-        if not isinstance(action, Tensor):
-            raise TypeError(f"action must be a torch.Tensor, got {type(action).__name__}")
+        check_action_format(action, self.num_envs, self.action_shape, self.device)
         if self.is_continuous:
-            expected = (self.num_envs, *self.action_shape)
-            if tuple(action.shape) != expected:
-                raise ValueError(f"action must have shape {expected}, got {tuple(action.shape)}")
-            if not action.is_floating_point():
-                raise ValueError(f"continuous action must be a float tensor, got {action.dtype}")
-            if action.device != self.device:
-                raise ValueError(f"action is on {action.device}, the environments are on {self.device}")
             if self.validate_actions and not bool(torch.isfinite(action.float()).all()):
                 raise ValueError("action contains NaN or inf (or a value beyond float32's range)")
             return
-        if action.shape != (self.num_envs,):
-            raise ValueError(f"action must have shape ({self.num_envs},), got {tuple(action.shape)}")
-        if action.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-            raise ValueError(f"action must be an integer tensor (int64 preferred), got {action.dtype}")
-        if action.device != self.device:
-            raise ValueError(f"action is on {action.device}, the environments are on {self.device}")
         if self.validate_actions:
             bad_range = (action < 0) | (action >= self.num_actions)
             if bool(bad_range.any()):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_gpu.envs.base import StepResult
+from rl_gpu.envs.base import StepResult, check_action_format
 
 try:
     import gymnasium
@@ -240,26 +240,14 @@ class GymnasiumEnv:
         )
 
     def _host_action(self, action: Tensor) -> np.ndarray:
-        if not isinstance(action, Tensor):
-            raise TypeError(f"action must be a torch.Tensor, got {type(action).__name__}")
-        if action.device != self.device:
-            raise ValueError(f"action is on {action.device}, the environments are on {self.device}")
+        check_action_format(action, self.num_envs, self.action_shape, self.device)
         if self.is_continuous:
-            expected = (self.num_envs, *self.action_shape)
-            if tuple(action.shape) != expected:
-                raise ValueError(f"action must have shape {expected}, got {tuple(action.shape)}")
-            if not action.is_floating_point():
-                raise ValueError(f"continuous action must be a float tensor, got {action.dtype}")
             host = action.detach().cpu().numpy()
             if self.validate_actions and not np.isfinite(host).all():
                 raise ValueError("action contains NaN or inf")
             if self.clip_actions:
                 host = np.clip(host, self.action_low, self.action_high)
             return host.astype(self._action_dtype, copy=False)
-        if tuple(action.shape) != (self.num_envs,):
-            raise ValueError(f"action must have shape ({self.num_envs},), got {tuple(action.shape)}")
-        if action.is_floating_point() or action.is_complex() or action.dtype == torch.bool:
-            raise ValueError(f"action must be an integer tensor (int64 preferred), got {action.dtype}")
         host = action.detach().cpu().numpy().astype(np.int64)
         if self.validate_actions:
             bad = (host < 0) | (host >= self.num_actions)
