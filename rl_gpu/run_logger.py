@@ -5,9 +5,10 @@
 event files under ``RUN_DIR/tb`` (x = environment steps) when ``tensorboard`` is installed, and updates the
 progress view: a live ``rich`` display on a terminal, plain lines otherwise.
 
-A crash never leaves half a JSON line: each line is written whole with one ``os.write`` on a file opened for
-appending (no user-space buffer to lose), and a torn last line left by a power loss is cut off when the file
-is opened again.
+A crash loses at most the line being written: each line goes out with one ``os.write`` on a file opened for
+appending (no user-space buffer to lose). That write is not atomic against SIGKILL or a power loss (Linux
+stops a write at a page boundary when a fatal signal is pending), so the last line of a crashed run may be torn;
+it is cut off when the file is opened again (``--resume``), and ``rl-gpu plot`` skips it.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def _duration(seconds: float) -> str:
 
 
 class JsonLines:
-    """Append-only JSON lines, each written whole by one ``os.write``; a torn last line is cut on open."""
+    """Append-only JSON lines, one ``os.write`` each; a torn last line (left by a crash) is cut on open."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)

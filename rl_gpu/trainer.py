@@ -25,7 +25,8 @@ from typing import Callable
 
 import torch
 
-from rl_gpu.checkpoint import CheckpointError, atomic_write_json, load_checkpoint, save_checkpoint
+from rl_gpu.checkpoint import (CheckpointError, atomic_write_bytes, atomic_write_json, load_checkpoint,
+                               save_checkpoint)
 from rl_gpu.compile import resolve_compile
 from rl_gpu.config import TrainConfig
 from rl_gpu.envs.base import EnvState, TensorEnv
@@ -284,7 +285,7 @@ class Trainer:
                     continue  # a line cut short by a crash
                 if record.get("update", 0) <= self.update:
                     kept.append(line)
-            metrics.write_text("".join(line + "\n" for line in kept))
+            atomic_write_bytes(metrics, "".join(line + "\n" for line in kept).encode())
 
     def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
         """Whether a validation counts towards success, and a short explanation."""
