@@ -25,8 +25,13 @@ from typing import Callable
 
 import torch
 
-from rl_gpu.checkpoint import (CheckpointError, atomic_write_bytes, atomic_write_json, load_checkpoint,
-                               save_checkpoint)
+from rl_gpu.checkpoint import (
+    CheckpointError,
+    atomic_write_bytes,
+    atomic_write_json,
+    load_checkpoint,
+    save_checkpoint,
+)
 from rl_gpu.compile import resolve_compile
 from rl_gpu.config import TrainConfig
 from rl_gpu.envs.base import EnvState, TensorEnv

@@ -51,7 +51,7 @@ def _reference_masked_gae(reward, value, terminated, truncated, final_value, boo
                     decisions[-1][2], decisions[-1][3] = "end", 0.0
                 elif truncated[t, n]:
                     decisions[-1][2], decisions[-1][3] = "end", float(final_value[t, n])
-        next_adv, next_v = 0.0, float(bootstrap[n])
+        next_adv = 0.0
         for i in reversed(range(len(decisions))):
             t, r, kind, end_value = decisions[i]
             if kind == "end":
