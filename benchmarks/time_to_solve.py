@@ -52,7 +52,7 @@ def evaluate_deterministic(policy, seed: int) -> float:
 
     env = make("CartPole-v1", num_envs=EVAL_EPISODES, seed=seed, autoreset=False, validate_actions=False)
     state, obs = env.state, env.observe().obs
-    with torch.no_grad():
+    with torch.inference_mode():
         for t in range(env.max_episode_steps):
             action = D.categorical_mode(policy.actor(policy.preprocess(obs)), None)
             # Without auto-reset no row takes a fresh start, so the state itself stands in for one.

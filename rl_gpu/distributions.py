@@ -58,13 +58,27 @@ def categorical_sample(
 
 def categorical_log_prob(logits: Tensor, action_mask: Tensor | None, action: Tensor) -> Tensor:
     """``[N]`` log-probability of ``action`` under softmax(masked logits)."""
-    log_p = torch.log_softmax(mask_logits(logits, action_mask), dim=-1)
-    return log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+    return _pick(torch.log_softmax(mask_logits(logits, action_mask), dim=-1), action)
 
 
 def categorical_entropy(logits: Tensor, action_mask: Tensor | None) -> Tensor:
     """``[N]`` entropy over the legal actions only: ``-sum_{a legal} p_a log p_a``."""
+    return _entropy(torch.log_softmax(mask_logits(logits, action_mask), dim=-1), action_mask)
+
+
+def categorical_log_prob_entropy(
+    logits: Tensor, action_mask: Tensor | None, action: Tensor
+) -> tuple[Tensor, Tensor]:
+    """:func:`categorical_log_prob` and :func:`categorical_entropy` from one masked log-softmax."""
     log_p = torch.log_softmax(mask_logits(logits, action_mask), dim=-1)
+    return _pick(log_p, action), _entropy(log_p, action_mask)
+
+
+def _pick(log_p: Tensor, action: Tensor) -> Tensor:
+    return log_p.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+
+
+def _entropy(log_p: Tensor, action_mask: Tensor | None) -> Tensor:
     p_log_p = log_p.exp() * log_p
     if action_mask is not None:
         p_log_p = torch.where(action_mask, p_log_p, torch.zeros_like(p_log_p))

@@ -100,7 +100,7 @@ class EvalResult:
         return "\n".join(lines)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def evaluate_policy(
     policy: Actor,
     make_env: Callable[[int, int], TensorEnv],

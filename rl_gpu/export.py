@@ -46,14 +46,16 @@ LOWEST_FLOAT32 = float(torch.finfo(torch.float32).min)
 
 def _with_exact_tanh(module: nn.Module) -> nn.Module:
     """Replace the CPU training form of tanh (:class:`rl_gpu.policy.Tanh`, a custom autograd function that
-    TorchScript and ONNX cannot trace) by ``nn.Tanh``; the two agree to 2e-7."""
-    from rl_gpu.policy import Tanh
+    TorchScript and ONNX cannot trace) by ``nn.Tanh`` (the two agree to 2e-7), and each
+    :class:`rl_gpu.policy.MLP` by the plain ``nn.Sequential`` of the same layers, which TorchScript can script."""
+    from rl_gpu.policy import MLP, Tanh
 
+    if isinstance(module, Tanh):
+        return nn.Tanh()
+    if isinstance(module, MLP):
+        module = nn.Sequential(*module)
     for name, child in module.named_children():
-        if isinstance(child, Tanh):
-            setattr(module, name, nn.Tanh())
-        else:
-            _with_exact_tanh(child)
+        setattr(module, name, _with_exact_tanh(child))
     return module
 
 

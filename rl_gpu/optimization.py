@@ -192,6 +192,14 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer, device: torch.device) -
     return out
 
 
+def clip_grad_norm(grads: list[Tensor], max_norm: float) -> Tensor:
+    """``nn.utils.clip_grad_norm_`` (L2, scale by ``max_norm / (norm + 1e-6)`` when that is below 1) in four
+    multi-tensor operations: torch's version loops over the tensors on CPU (48 vs 28 us for a 64-64 actor-critic)."""
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm
+
+
 class UpdateUnits:
     """The pieces of one PPO update, eager or compiled (:func:`rl_gpu.compile.compile_unit`).
 
@@ -213,7 +221,7 @@ class UpdateUnits:
         self.params = [p for p in policy.parameters() if p.requires_grad]
 
     def step(self, keep: Tensor | None) -> Tensor:
-        grad_norm = nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm)
+        grad_norm = clip_grad_norm([p.grad for p in self.params if p.grad is not None], self.config.max_grad_norm)
         # Before the optimiser's first step it has no state to restore, and that step is never undone: the
         # first epoch of every update always applies.
         if keep is None or any(not self.optimizer.state.get(p) for p in self.params):

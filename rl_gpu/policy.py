@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from rl_gpu import distributions as D
 
@@ -41,13 +42,12 @@ def layer_init(layer: nn.Linear, gain: float = math.sqrt(2.0), bias: float = 0.0
 
 
 def _tanh_by_sigmoid(x: Tensor) -> Tensor:
-    return torch.sigmoid(2.0 * x) * 2.0 - 1.0
+    return torch.sigmoid(2.0 * x).mul_(2.0).sub_(1.0)
 
 
 class _TanhBySigmoid(torch.autograd.Function):
-    """``2 sigmoid(2x) - 1`` as one autograd node that saves only its output, as ``tanh`` does: the four-operation
-    form under autograd kept three more [M, H] tensors per layer alive for backward (4x the activation memory
-    of a minibatch) and cost three more backward nodes."""
+    """``2 sigmoid(2x) - 1`` as one autograd node that saves only its output, as ``tanh`` does, with ``tanh``'s
+    own fused backward kernel (``grad * (1 - y^2)`` as three operations cost 4x more at [4096, 64])."""
 
     @staticmethod
     def forward(ctx, x: Tensor) -> Tensor:
@@ -58,27 +58,42 @@ class _TanhBySigmoid(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> Tensor:
         (y,) = ctx.saved_tensors
-        return grad * (1.0 - y * y)
+        return torch.ops.aten.tanh_backward(grad, y)
 
 
 class Tanh(nn.Module):
-    """``tanh``, computed on CPU as ``2 sigmoid(2x) - 1`` (derivative ``1 - tanh(x)^2``).
+    """``tanh``, computed on CPU for large inputs as ``2 sigmoid(2x) - 1`` (derivative ``1 - tanh(x)^2``).
 
-    PyTorch's CPU ``tanh`` kernel is slow: on a 2-core AVX-512 machine 4x slower than this form at [4096, 64],
-    eager and compiled (benchmarks/cpu_tanh.py), and it dominated the MLP's cost in rollouts and updates. The
-    two agree to 2e-7 absolute (the form rounds near 0 to float32's spacing at 1.0). Other devices use
-    ``torch.tanh``. No parameters, so checkpoints are unaffected; exported models use ``nn.Tanh``.
+    PyTorch's CPU ``tanh`` forward kernel is slow: on a 2-core AVX-512 machine 4x slower than this form from
+    [512, 64] up, eager and compiled (benchmarks/cpu_tanh.py), and it dominated the MLP's cost in rollouts and
+    updates. Below ``SIGMOID_FROM`` elements (a rollout step or an evaluation of a few dozen rows) the
+    form's extra operations cost more than they save, so ``torch.tanh`` runs. The two agree to 2e-7 absolute
+    (the form rounds near 0 to float32's spacing at 1.0). Other devices use ``torch.tanh``. No parameters, so
+    checkpoints are unaffected; exported models use ``nn.Tanh``.
     """
 
+    SIGMOID_FROM = 8192
+
     def forward(self, x: Tensor) -> Tensor:
-        if x.device.type != "cpu":
+        if x.device.type != "cpu" or x.numel() < self.SIGMOID_FROM:
             return torch.tanh(x)
         if torch.is_grad_enabled() and x.requires_grad:
             return _TanhBySigmoid.apply(x)
         return _tanh_by_sigmoid(x)
 
 
-def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, out_gain: float) -> nn.Sequential:
+class MLP(nn.Sequential):
+    """``nn.Sequential`` of layers whose forward calls each ``nn.Linear``'s function directly (no per-layer
+    module call, so no forward hooks on the layers). On CPU the module calls cost about 2 us a layer: a third
+    of a rollout step's actor-critic forward for a few dozen rows. Same parameters and ``state_dict`` keys."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self:
+            x = F.linear(x, layer.weight, layer.bias) if type(layer) is nn.Linear else layer.forward(x)
+        return x
+
+
+def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, out_gain: float) -> MLP:
     """Tanh MLP with orthogonal initialisation; the last layer gets gain ``out_gain``."""
     layers: list[nn.Module] = []
     size = in_size
@@ -86,7 +101,7 @@ def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, out_gain: floa
         layers += [layer_init(nn.Linear(size, hidden)), Tanh()]
         size = hidden
     layers.append(layer_init(nn.Linear(size, out_size), gain=out_gain))
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 class RunningMeanStd(nn.Module):
@@ -209,11 +224,8 @@ class ActorCritic(_ActorCriticBase):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """``(log_prob [N], entropy [N], value [N])`` of given actions, under the same mask as sampling."""
         logits, value = self(obs)
-        return (
-            D.categorical_log_prob(logits, action_mask, action),
-            D.categorical_entropy(logits, action_mask),
-            value,
-        )
+        log_prob, entropy = D.categorical_log_prob_entropy(logits, action_mask, action)
+        return log_prob, entropy, value
 
     def config(self) -> dict:
         """Constructor arguments, enough to rebuild the network from a checkpoint."""

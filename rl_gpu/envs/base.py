@@ -246,16 +246,22 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         finish take it. Finished rows of a non-auto-reset batch (``state.done``) do not move.
         """
         next_inner, reward, terminated = self._transition(state.inner, action)
-        active = ~state.done
-        next_inner = tree_where(active, next_inner, state.inner)
-        reward_active = active if reward.dim() == 1 else active.unsqueeze(-1)
-        reward = torch.where(reward_active, reward, torch.zeros_like(reward))
-        terminated = terminated & active
-        episode_step = state.episode_step + active.long()
+        if self.autoreset:
+            # No row is ever frozen (set_state refuses done rows here): nothing to mask.
+            episode_step = state.episode_step + 1
+            may_end = ~terminated
+        else:
+            active = ~state.done
+            next_inner = tree_where(active, next_inner, state.inner)
+            reward_active = active if reward.dim() == 1 else active.unsqueeze(-1)
+            reward = torch.where(reward_active, reward, torch.zeros_like(reward))
+            terminated = terminated & active
+            episode_step = state.episode_step + active.long()
+            may_end = active & ~terminated
         if self.max_episode_steps is None:
             truncated = torch.zeros_like(terminated)
         else:
-            truncated = (episode_step >= self.max_episode_steps) & active & ~terminated
+            truncated = (episode_step >= self.max_episode_steps) & may_end
         done = terminated | truncated
         episode_return = state.episode_return + reward
         final_obs = self._observe(next_inner)
@@ -352,6 +358,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     def set_state(self, state: EnvState[Inner]) -> None:
         """Replace the full state (every tensor must have leading dimension N and live on ``device``)."""
         self._check_state(state, self.num_envs)
+        if self.autoreset and bool(state.done.any()):
+            raise ValueError("state has finished (done) rows, which only environments with autoreset=False keep")
         self.state = state
 
     def set_rows(self, rows: Tensor, inner: Inner) -> None:

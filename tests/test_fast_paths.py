@@ -1,0 +1,76 @@
+"""The CPU fast paths of the policy and the update agree with the plain PyTorch forms they replace."""
+
+import pytest
+import torch
+from torch import nn
+
+from rl_gpu import distributions as D
+from rl_gpu.envs.registry import make
+from rl_gpu.optimization import clip_grad_norm
+from rl_gpu.policy import MLP, ActorCritic, Tanh
+
+
+@pytest.mark.parametrize("rows", [8, 127, 128, 1024])
+def test_tanh_matches_torch_tanh_in_value_and_gradient(rows):
+    # 64 columns: below 128 rows torch.tanh itself runs, from 128 rows up the sigmoid form.
+    g = torch.Generator().manual_seed(rows)
+    x = (torch.randn(rows, 64, generator=g) * 3).requires_grad_()
+    ref = x.detach().clone().requires_grad_()
+    grad = torch.randn(rows, 64, generator=g)
+    y = Tanh()(x)
+    y.backward(grad)
+    torch.tanh(ref).backward(grad)
+    torch.testing.assert_close(y, torch.tanh(ref), atol=3e-7, rtol=0)
+    # d/dx = 1 - y^2: a 3e-7 difference in y moves it by up to 6e-7, times |grad| (a few units).
+    torch.testing.assert_close(x.grad, ref.grad, atol=3e-6, rtol=0)
+    assert (rows * 64 >= Tanh.SIGMOID_FROM) == (y.grad_fn.name() != "TanhBackward0")
+
+
+def test_mlp_forward_is_the_sequential_forward():
+    torch.manual_seed(0)
+    policy = ActorCritic(4, 2)
+    assert isinstance(policy.actor, MLP)
+    obs = torch.randn(300, 4)
+    plain = nn.Sequential(*policy.actor)
+    assert torch.equal(policy.actor(obs), plain(obs))
+    assert list(policy.actor.state_dict()) == list(plain.state_dict())
+
+
+def test_log_prob_and_entropy_from_one_log_softmax():
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(500, 5, generator=g) * 4
+    mask = torch.rand(500, 5, generator=g) < 0.6
+    mask[:, 2] = True
+    action = D.categorical_sample(logits, mask, g)
+    for m in (mask, None):
+        log_prob, entropy = D.categorical_log_prob_entropy(logits, m, action)
+        assert torch.equal(log_prob, D.categorical_log_prob(logits, m, action))
+        assert torch.equal(entropy, D.categorical_entropy(logits, m))
+
+
+@pytest.mark.parametrize("scale", [1e-3, 10.0])
+def test_clip_grad_norm_matches_torch(scale):
+    g = torch.Generator().manual_seed(4)
+    grads = [torch.randn(shape, generator=g) * scale for shape in ((64, 4), (64,), (64, 64), (2, 64), (2,))]
+    ref = [t.clone() for t in grads]
+    norm = clip_grad_norm(grads, 0.5)
+    params = [nn.Parameter(torch.zeros_like(t)) for t in ref]
+    for p, t in zip(params, ref):
+        p.grad = t
+    ref_norm = nn.utils.clip_grad_norm_(params, 0.5)
+    torch.testing.assert_close(norm, ref_norm)
+    for a, p in zip(grads, params):
+        torch.testing.assert_close(a, p.grad)
+
+
+def test_autoreset_env_refuses_injected_finished_rows():
+    env = make("CartPole-v1", num_envs=3, seed=0)
+    state = env.get_state()
+    env.set_state(state)
+    with pytest.raises(ValueError, match="autoreset=False"):
+        env.set_state(state._replace(done=torch.tensor([False, True, False])))
+    frozen = make("CartPole-v1", num_envs=3, seed=0, autoreset=False)
+    frozen.set_state(frozen.get_state()._replace(done=torch.tensor([False, True, False])))
+    before = frozen.get_state()
+    frozen.step(torch.tensor([1, 1, 1]))
+    assert torch.equal(frozen.state.inner.x[1], before.inner.x[1]) and frozen.state.episode_step[1] == 0
