@@ -105,12 +105,8 @@ class CartPoleEnv(TensorEnv[CartPoleState]):
             theta_dot=s.theta_dot + p.tau * thetaacc,
         )
         theta_limit = p.theta_threshold_radians
-        terminated = (
-            (nxt.x < -p.x_threshold)
-            | (nxt.x > p.x_threshold)
-            | (nxt.theta < -theta_limit)
-            | (nxt.theta > theta_limit)
-        )
+        # |x| > t is Gymnasium's x < -t or x > t exactly (abs is exact; NaN is False in both).
+        terminated = (nxt.x.abs() > p.x_threshold) | (nxt.theta.abs() > theta_limit)
         if p.sutton_barto_reward:
             reward = torch.where(terminated, -1.0, 0.0)
         else:
