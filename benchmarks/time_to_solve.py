@@ -34,12 +34,14 @@ EVAL_EPISODES = 20
 ZOO = {"n_envs": 8, "n_timesteps": 100_000, "n_steps": 32, "batch_size": 256, "gae_lambda": 0.8, "gamma": 0.98,
        "n_epochs": 20, "ent_coef": 0.0, "learning_rate": 0.001, "clip_range": 0.2}
 
-# rl_gpu's settings for this benchmark, chosen by a small search on seeds 1-5 (benchmarks/README.md): 32
-# environments x 32 steps per update (1024 transitions), 10 epochs of 2 minibatches, the Zoo's gamma and lambda, no
-# value clipping (SB3's default), learning rate 2e-3 annealed linearly over 100k steps as the Zoo's 1e-3 is.
-OURS = {"num_envs": 32, "num_steps": 32, "update_epochs": 10, "num_minibatches": 2, "learning_rate": 2e-3,
-        "gamma": 0.98, "gae_lambda": 0.8, "ent_coef": 0.0, "clip_coef": 0.2, "clip_vloss": False,
-        "anneal_steps": 100_000, "max_env_steps": 300_000}
+# rl_gpu's settings for this benchmark, chosen by searching about 50 settings on seeds 101-110 and confirming the
+# best few on seeds 111-130 (benchmarks/README.md); seeds 1-10, reported, were never used to choose: 8
+# environments x 128 steps per update (1024 transitions), 8 epochs of 4 minibatches of 256, learning rate 8e-3
+# annealed linearly to 0 over 30k steps, gamma 0.99, GAE lambda 0.9, no entropy bonus, no value clipping (SB3's
+# default).
+OURS = {"num_envs": 8, "num_steps": 128, "update_epochs": 8, "num_minibatches": 4, "learning_rate": 8e-3,
+        "gamma": 0.99, "gae_lambda": 0.9, "ent_coef": 0.0, "clip_coef": 0.2, "clip_vloss": False,
+        "anneal_steps": 30_000, "max_env_steps": 300_000}
 
 
 def evaluate_deterministic(policy, seed: int) -> float:
