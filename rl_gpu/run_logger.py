@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 import torch
 
@@ -77,6 +77,26 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+class PhaseMark(NamedTuple):
+    """A timed block: its start and end as ``time.perf_counter()`` values, or as recorded CUDA events."""
+
+    name: str
+    start: float | torch.cuda.Event
+    end: float | torch.cuda.Event
+
+
+def _phase_seconds(marks: Sequence[PhaseMark]) -> dict[str, float]:
+    """Seconds per phase name (CUDA events are waited for: by then the device has usually passed them)."""
+    seconds: dict[str, float] = collections.defaultdict(float)
+    for mark in marks:
+        if isinstance(mark.end, float):
+            seconds[mark.name] += mark.end - mark.start
+        else:
+            mark.end.synchronize()
+            seconds[mark.name] += mark.start.elapsed_time(mark.end) / 1000.0
+    return dict(seconds)
+
+
 class JsonLines:
     """Append-only JSON lines, one ``os.write`` each; a torn last line (left by a crash) is cut on open."""
 
@@ -120,12 +140,16 @@ class RunLogger:
     """Metrics of one run: JSON lines, TensorBoard and a progress view. Use as a context manager or call
     :meth:`close`.
 
-    Per update the trainer calls, in this order::
+    Per update a trainer calls, in this order::
 
         with logger.phase("collect"): rollout = collect(...)
         with logger.phase("update"):  metrics = algo.update(rollout)
         logger.log_validation(update, global_step, {"score": ..., ...})   # only on validation updates
         logger.log_update(update, global_step, {"episode_return": ..., "loss": ..., ...})
+
+    :class:`rl_gpu.trainer.Trainer` defers the last two: it keeps each update's metrics on the device with its
+    phases (:meth:`take_phases`) and, once per log interval, reads them all back at once and calls
+    ``log_update(..., phases=)`` for each update in turn.
 
     Args:
         run_dir: the run directory; ``metrics.jsonl`` and ``tb/`` go there.
@@ -139,7 +163,8 @@ class RunLogger:
         quiet: plain lines even on a terminal (``display="auto"`` only).
         tensorboard: write TensorBoard events (skipped, with a one-time notice, without ``tensorboard``).
         stream: where the progress view goes (default ``sys.stdout``).
-        device: the training device; phases on CUDA synchronise it when they end so their times are real.
+        device: the training device; on CUDA phases are timed with CUDA events (no synchronisation), read
+            when their update's line is written.
         start_update, start_step: where a resumed run starts (rates, ETA and the bar count from there;
             ``metrics.jsonl`` is appended to).
     """
@@ -174,7 +199,7 @@ class RunLogger:
         self.metrics = JsonLines(self.run_dir / "metrics.jsonl")
         self.writer = _tensorboard_writer(self.run_dir / "tb") if tensorboard else None
         self.started = time.perf_counter()
-        self._phase_seconds: dict[str, float] = collections.defaultdict(float)
+        self._phase_marks: list[PhaseMark] = []
         self._phase_totals: dict[str, float] = collections.defaultdict(float)
         self._marks: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=RECENT + 1)
         self._marks.append((self.started, start_update, start_step))
@@ -232,18 +257,32 @@ class RunLogger:
     def phase(self, name: str) -> Iterator[None]:
         """Time a block (``"collect"``: environment steps and inference; ``"update"``: the learning step).
 
-        The seconds spent in each phase since the previous :meth:`log_update` go into its line as
-        ``<name>_seconds``, and the progress view shows their split.
+        The phases timed since the previous :meth:`log_update` (or :meth:`take_phases`) go into its line as
+        ``<name>_seconds``, and the progress view shows their split. On CUDA the block is bracketed by CUDA
+        events, so timing it never waits for the device.
         """
-        start = time.perf_counter()
+        cuda = self.device is not None and self.device.type == "cuda"
+        start: float | torch.cuda.Event
+        if cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            start = time.perf_counter()
         try:
             yield
         finally:
-            if self.device is not None and self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            elapsed = time.perf_counter() - start
-            self._phase_seconds[name] += elapsed
-            self._phase_totals[name] += elapsed
+            if cuda:
+                end: float | torch.cuda.Event = torch.cuda.Event(enable_timing=True)
+                end.record()
+            else:
+                end = time.perf_counter()
+            self._phase_marks.append(PhaseMark(name, start, end))
+
+    def take_phases(self) -> list[PhaseMark]:
+        """The phases timed since the last call (or :meth:`log_update`), for a later ``log_update(phases=)``:
+        a trainer that reads its metrics once per log interval keeps each update's phases with its metrics."""
+        marks, self._phase_marks = self._phase_marks, []
+        return marks
 
     def log_validation(self, update: int, global_step: int, result: Mapping[str, Any]) -> None:
         """Record a validation (``result`` such as ``{"score": 0.61, "passed": True, "streak": 1}``).
@@ -269,10 +308,13 @@ class RunLogger:
         else:
             self._write(line)
 
-    def log_update(self, update: int, global_step: int, scalars: Mapping[str, Any]) -> dict:
+    def log_update(
+        self, update: int, global_step: int, scalars: Mapping[str, Any], phases: Sequence[PhaseMark] | None = None
+    ) -> dict:
         """Write update ``update``'s line (``update``, ``global_step``, ``time``, the ``scalars``, the phase
         times, ``steps_per_second`` and a pending validation) and refresh the progress view; returns the line.
 
+        ``phases``: this update's phases (from :meth:`take_phases`); default: those timed since the last line.
         Keys given in ``scalars`` win over the ones the logger computes (``time``, ``steps_per_second``).
         """
         now = time.perf_counter()
@@ -280,8 +322,9 @@ class RunLogger:
         record["time"] = now - self.started
         prev_time, _, prev_step = self._marks[-1]
         record["steps_per_second"] = (global_step - prev_step) / max(now - prev_time, 1e-9)
-        for name, seconds in self._phase_seconds.items():
+        for name, seconds in _phase_seconds(self.take_phases() if phases is None else phases).items():
             record[f"{name}_seconds"] = seconds
+            self._phase_totals[name] += seconds
         record.update(_plain(dict(scalars)))
         if self._pending is not None and self._pending["update"] == update:
             record["validation"] = self._pending["validation"]
@@ -291,7 +334,6 @@ class RunLogger:
         self._write(record)
         self._last_update = max(self._last_update, update)
         self._marks.append((now, update, global_step))
-        self._phase_seconds.clear()
         if self.writer is not None:
             for key, value in record.items():
                 number = _number(value)

@@ -13,6 +13,7 @@ parameters and metrics, bit for bit on the CPU, as one that never stopped.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -21,9 +22,10 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
+from torch import Tensor
 
 from rl_gpu.checkpoint import (
     CheckpointError,
@@ -37,10 +39,10 @@ from rl_gpu.config import TrainConfig
 from rl_gpu.envs.base import EnvState, TensorEnv
 from rl_gpu.envs.registry import is_known, make, registered_ids
 from rl_gpu.evaluation import EvalResult, derive_seed, evaluate_policy, improvement_z
-from rl_gpu.optimization import PPO
+from rl_gpu.optimization import PPO, UpdateMetrics
 from rl_gpu.policy import UniformRandomPolicy, policy_for_env
 from rl_gpu.rollout import episode_horizon
-from rl_gpu.run_logger import RunLogger
+from rl_gpu.run_logger import PhaseMark, RunLogger
 
 RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "best.pt", "last.pt")
 
@@ -49,6 +51,30 @@ EXIT_SUCCESS, EXIT_GOAL_NOT_MET, EXIT_USAGE, EXIT_NUMERICAL = 0, 1, 2, 3
 
 VOLATILE_METRICS = ("time", "steps_per_second", "collect_seconds", "update_seconds")
 """Fields of metrics.jsonl that measure wall time and so differ between otherwise identical runs."""
+
+
+METRIC_NAMES = tuple(f.name for f in dataclasses.fields(UpdateMetrics))
+
+
+class PendingUpdate(NamedTuple):
+    """An update whose metrics are still on the device."""
+
+    update: int
+    train_seconds: float
+    phases: list[PhaseMark]
+    values: Tensor
+    """``[len(METRIC_NAMES) + 4]``: the update's metrics, then episodes ended, their mean return, the learner's
+    win rate and the transitions taken."""
+
+
+class MetricsLine(NamedTuple):
+    """One update's ``metrics.jsonl`` line, as :meth:`RunLogger.log_update` takes it."""
+
+    update: int
+    global_step: int
+    record: dict
+    phases: list[PhaseMark]
+    finite: bool
 
 
 class UsageError(ValueError):
@@ -332,26 +358,40 @@ class Trainer:
                 self.log = logger.print
             if not resumed:
                 logger.log_validation(0, 0, {"score": self.score(self.baseline), "passed": False, "streak": 0})
+            pending: list[PendingUpdate] = []
+            self._read_seconds = self.train_seconds
             while self.update < cfg.max_updates:
                 step_start = time.perf_counter()
-                record = self.train_one_update(logger)
+                values = self.train_one_update(logger)
                 self.train_seconds += time.perf_counter() - step_start
-                record["time"] = self.train_seconds
+                pending.append(PendingUpdate(self.update, self.train_seconds, logger.take_phases(), values))
                 updates_this_call += 1
-                finite = record.pop("finite")
-                if finite and (self.update % cfg.eval_every == 0 or self.update == cfg.max_updates):
+                validate = self.update % cfg.eval_every == 0 or self.update == cfg.max_updates
+                checkpoint = self.update % cfg.checkpoint_every == 0
+                pause = stop_after is not None and updates_this_call >= stop_after
+                # The metrics stay on the device until something needs them: a log line, a validation, a
+                # checkpoint (never written after a non-finite update) or a stop. One host read for all.
+                if not (validate or checkpoint or pause or stop.signum is not None or self.update == 1
+                        or self.update % cfg.log_every == 0):
+                    continue
+                *earlier, last = self.read_metrics(pending)
+                pending.clear()
+                for line in earlier:
+                    logger.log_update(*line[:3], phases=line[3])
+                bad = next((line.update for line in (*earlier, last) if not line.finite), None)
+                if bad is None and validate:
                     logger.log_validation(self.update, self.global_step, self.validate())
                     if self.streak >= cfg.consecutive_passes:
                         status = "success"
                         reason = (f"validation passed {self.streak} times in a row at update {self.update} "
                                   f"(>= {cfg.min_updates} updates)")
-                logger.log_update(self.update, self.global_step, record)
-                if not finite:
+                logger.log_update(*last[:3], phases=last[3])
+                if bad is not None:
                     status = "numerical_error"
-                    reason = (f"non-finite loss or gradient at update {self.update}; training stopped and the "
+                    reason = (f"non-finite loss or gradient at update {bad}; training stopped and the "
                               f"newest checkpoint (update {self.checkpointed_update()}) predates it")
                     break
-                if status or self.update % cfg.checkpoint_every == 0:
+                if status or checkpoint:
                     self.save("last.pt")
                 if status:
                     break
@@ -362,7 +402,7 @@ class Trainer:
                                                      f"saved {self.run_dir / 'last.pt'}; continue with "
                                                      f"--resume {self.run_dir}")
                     break
-                if stop_after is not None and updates_this_call >= stop_after:
+                if pause:
                     self.save("last.pt")
                     status, reason = "paused", (f"paused after update {self.update}; continue with "
                                                 f"--resume {self.run_dir}")
@@ -394,8 +434,9 @@ class Trainer:
         )
         return logger
 
-    def train_one_update(self, logger: RunLogger) -> dict:
-        """Collect one rollout and update once; returns the metrics record (one host read for all of it)."""
+    def train_one_update(self, logger: RunLogger) -> Tensor:
+        """Collect one rollout and update once, without reading anything back: returns the update's
+        ``[len(UPDATE_FIELDS)]`` metrics on the device, for :meth:`read_metrics`."""
         cfg = self.config
         if cfg.anneal_lr:
             self.algo.set_learning_rate(cfg.learning_rate * (1.0 - self.update / cfg.max_updates))
@@ -405,18 +446,37 @@ class Trainer:
         with logger.phase("update"):
             metrics = self.algo.update(rollout)
             stats = rollout.episode_stats()
-            values = metrics.as_floats()
-        host = torch.stack([stats[k].float() for k in ("episodes", "episode_return", "win_rate")]
-                           + [rollout.transitions().float()]).cpu().tolist()
-        episodes, ep_return, win_rate, transitions = host
+            values = torch.stack([getattr(metrics, name).detach().float() for name in METRIC_NAMES]
+                                 + [stats[k].float() for k in ("episodes", "episode_return", "win_rate")]
+                                 + [rollout.transitions().float()])
         self.update += 1
-        self.global_step += int(transitions)
-        record = {"episodes": int(episodes), "transitions": int(transitions),
-                  "finite": all(math.isfinite(v) for v in values.values()), **values}
-        if episodes > 0:
-            record["train_win_rate" if self.multi_player else "episode_return"] = (
-                win_rate if self.multi_player else ep_return)
-        return record
+        return values
+
+    def read_metrics(self, pending: list[PendingUpdate]) -> list[MetricsLine]:
+        """The lines of the pending updates, read from the device in one transfer; ``global_step`` advances.
+
+        ``time`` is the training time at the end of each update (waiting for the device, on CUDA, counts
+        towards the last one) and ``steps_per_second`` the mean over the updates read together.
+        """
+        start = time.perf_counter()
+        rows = torch.stack([p.values for p in pending]).cpu().tolist()
+        self.train_seconds += time.perf_counter() - start
+        seconds, self._read_seconds = self.train_seconds - self._read_seconds, self.train_seconds
+        rate = sum(row[-1] for row in rows) / max(seconds, 1e-9)
+        lines = []
+        for i, (p, row) in enumerate(zip(pending, rows)):
+            values = dict(zip(METRIC_NAMES, row))
+            episodes, ep_return, win_rate, transitions = row[len(METRIC_NAMES):]
+            self.global_step += int(transitions)
+            record = {"episodes": int(episodes), "transitions": int(transitions), **values,
+                      "time": self.train_seconds if i == len(pending) - 1 else p.train_seconds,
+                      "steps_per_second": rate}
+            if episodes > 0:
+                record["train_win_rate" if self.multi_player else "episode_return"] = (
+                    win_rate if self.multi_player else ep_return)
+            finite = all(math.isfinite(v) for v in values.values())
+            lines.append(MetricsLine(p.update, self.global_step, record, p.phases, finite))
+        return lines
 
     def validate(self) -> dict:
         """Evaluate on the validation stream, update the streak, keep best.pt; returns the record to log."""

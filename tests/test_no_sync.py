@@ -3,6 +3,7 @@ bool(tensor), nonzero() or data-dependent shapes. On CPU the calls are made to r
 (``-m gpu`` machines) a few iterations run under ``torch.cuda.set_sync_debug_mode("error")``."""
 
 import contextlib
+import json
 import sys
 
 import pytest
@@ -148,3 +149,58 @@ def test_cuda_iterations_under_sync_debug_mode_error(mode, env_id, episodic):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+
+
+def _run_trainer_counting_reads(tmp_path, monkeypatch, guard, device="cpu"):
+    """A 12-update CartPole run whose updates (but the first two, which may compile or capture) run inside
+    ``guard()``; returns the updates read back together at each host read."""
+    import dataclasses
+
+    from rl_gpu.config import preset_config
+    from rl_gpu.trainer import Trainer, train
+
+    reads = []
+    train_one_update, read_metrics = Trainer.train_one_update, Trainer.read_metrics
+
+    def guarded(self, logger):
+        with guard() if self.update >= 2 else contextlib.nullcontext():
+            return train_one_update(self, logger)
+
+    def counting(self, pending):
+        reads.append([p.update for p in pending])
+        return read_metrics(self, pending)
+
+    monkeypatch.setattr(Trainer, "train_one_update", guarded)
+    monkeypatch.setattr(Trainer, "read_metrics", counting)
+    config = dataclasses.replace(
+        preset_config("CartPole-v1"), device=device, seeds=(3,), num_envs=32, num_steps=16, max_updates=12,
+        log_every=5, eval_every=10, checkpoint_every=10, eval_episodes=16, final_eval_episodes=16,
+        solve_threshold=1e9, output=tmp_path, overwrite=True, quiet=True)
+    (result,) = train(config, log=lambda line: None)
+    assert result.status == "goal_not_met"
+    lines = [json.loads(x) for x in (tmp_path / "seed-3" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["update"] for x in lines if "loss" in x] == list(range(1, 13))
+    assert [x["update"] for x in lines if "validation" in x] == [0, 10, 12]
+    return reads
+
+
+def test_trainer_reads_metrics_once_per_log_interval(tmp_path, monkeypatch):
+    reads = _run_trainer_counting_reads(tmp_path, monkeypatch, forbid_host_sync)
+    # Read at the first update, every log_every=5 and at the last; validations (10) and checkpoints (10) fall
+    # on those reads.
+    assert reads == [[1], [2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12]]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_trainer_updates_between_reads_do_not_synchronise(tmp_path, monkeypatch):
+    @contextlib.contextmanager
+    def sync_error():
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    reads = _run_trainer_counting_reads(tmp_path, monkeypatch, sync_error, device="cuda")
+    assert reads == [[1], [2, 3, 4, 5], [6, 7, 8, 9, 10], [11, 12]]
