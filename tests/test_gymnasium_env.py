@@ -216,3 +216,34 @@ def test_results_live_on_the_cuda_device_and_match_the_cpu():
         for name, x, y in zip(a._fields, a, b):
             assert y.device.type == "cuda", name
             assert torch.equal(x, y.cpu()), name
+
+
+@pytest.mark.parametrize("mode", ["same-step", "next-step"])
+def test_action_masks_reported_in_infos_are_the_legal_actions(mode):
+    """Taxi-v4 reports ``info["action_mask"]``: ours must equal each sub-environment's own mask at every step,
+    through drop-offs and the 200-step time limit, with same-step and next-step auto-reset."""
+    env = _vec(mode, "Taxi-v4", 6)
+    subs = [e.unwrapped for e in env.vec.unwrapped.envs]
+    rng = np.random.default_rng(0)
+    step = env.observe()
+    resets = 0
+    for _ in range(450):
+        expected = np.stack([sub.action_mask(sub.s) for sub in subs]).astype(bool)
+        assert np.array_equal(step.action_mask.numpy(), expected)
+        legal = [np.flatnonzero(row) for row in expected]
+        action = torch.tensor([int(rng.choice(row)) for row in legal])
+        step = env.step(action)
+        resets += int((step.terminated | step.truncated).sum())
+    assert resets >= 6
+    illegal = int(np.flatnonzero(~step.action_mask[0].numpy())[0])
+    with pytest.raises(ValueError, match="illegal action in env 0"):
+        env.step(torch.tensor([illegal] + [int(np.flatnonzero(m)[0]) for m in step.action_mask[1:].numpy()]))
+
+
+def test_masked_policy_only_takes_reported_legal_actions():
+    env = GymnasiumEnv("Taxi-v4", 8, seed=1)
+    torch.manual_seed(0)
+    policy = policy_for_env(env)
+    rollout = collect(policy, env, 64, torch.Generator().manual_seed(0))
+    assert not bool(rollout.action_mask.all())
+    assert rollout.action_mask.gather(-1, rollout.action[..., None]).all()

@@ -49,7 +49,9 @@ class GymnasiumEnv:
     ``reset_mask``), which gives the same transitions as ``SAME_STEP``.
 
     Observation spaces: ``Box`` (cast to float32) and ``Discrete`` (one-hot). Action spaces: ``Discrete`` and
-    1-D ``Box``.
+    1-D ``Box``. Legal actions: an environment that reports ``info["action_mask"]`` (Gymnasium's convention,
+    e.g. ``Taxi-v4``; 1 = legal) gets that mask as ``action_mask``, rows without one are all legal, and with
+    ``validate_actions`` an illegal action is refused; otherwise every action is legal.
 
     Args:
         env: a Gymnasium id such as ``"CartPole-v1"``, or a ``gymnasium.vector.VectorEnv``.
@@ -135,6 +137,7 @@ class GymnasiumEnv:
         self._init_spaces(vec.single_observation_space, vec.single_action_space)
         n = self.num_envs
         self._mask = torch.ones(n, self.num_actions, dtype=torch.bool, device=self.device)
+        self._host_mask: np.ndarray | None = None
         self._player = torch.zeros(n, dtype=torch.long, device=self.device)
         self._return = np.zeros(n, dtype=np.float64)
         self._length = np.zeros(n, dtype=np.int64)
@@ -190,6 +193,26 @@ class GymnasiumEnv:
             return np.eye(self._one_hot, dtype=np.float32)[np.asarray(obs).astype(np.int64) - self._obs_start]
         return np.asarray(obs, dtype=np.float32).reshape(self.num_envs, self._obs_size)
 
+    def _read_mask(self, infos: dict, rows: np.ndarray | None = None) -> None:
+        """Take ``infos["action_mask"]`` (``[N, A]``, 1 = legal) for ``rows`` (default: every row that has
+        one); keep nothing when the environment reports no masks."""
+        if self.is_continuous or "action_mask" not in infos:
+            return
+        if self._host_mask is None:
+            self._host_mask = np.ones((self.num_envs, self.num_actions), dtype=bool)
+        present = np.asarray(infos.get("_action_mask", np.ones(self.num_envs, dtype=bool)), dtype=bool)
+        if rows is not None:
+            present = present & rows
+        reported = np.asarray(infos["action_mask"])
+        if reported.shape != (self.num_envs, self.num_actions):
+            raise ValueError(f"{self.env_id}: info['action_mask'] has shape {reported.shape}, expected "
+                             f"{(self.num_envs, self.num_actions)}")
+        self._host_mask[present] = reported[present].astype(bool)
+        empty = ~self._host_mask.any(axis=1)
+        if empty.any():
+            raise ValueError(f"{self.env_id}: env {int(empty.argmax())} reported no legal action in "
+                             "info['action_mask']")
+
     def _transfer(
         self, obs: np.ndarray, final_obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
         truncated: np.ndarray, episode_return: np.ndarray, episode_length: np.ndarray,
@@ -197,22 +220,23 @@ class GymnasiumEnv:
         """Pack every field into one flat float32 array, copy it to the device once and slice it there.
 
         Each field is a contiguous segment, so the slices are contiguous views. Episode lengths travel as
-        float32, exact below 2**24 steps.
+        float32, exact below 2**24 steps; a reported action mask travels as 0/1.
         """
         n, o = self.num_envs, self._obs_size
         scalars = np.stack([reward, terminated, truncated, episode_return, episode_length]).astype(np.float32)
-        host = np.concatenate(
-            [self._flat_obs(obs).ravel(), self._flat_obs(final_obs).ravel(), scalars.ravel()]
-        )
-        packed = torch.from_numpy(host).to(self.device)
-        scalars = packed[2 * n * o:].view(5, n)
+        parts = [self._flat_obs(obs).ravel(), self._flat_obs(final_obs).ravel(), scalars.ravel()]
+        if self._host_mask is not None:
+            parts.append(self._host_mask.astype(np.float32).ravel())
+        packed = torch.from_numpy(np.concatenate(parts)).to(self.device)
+        scalars = packed[2 * n * o: 2 * n * o + 5 * n].view(5, n)
+        mask = self._mask if self._host_mask is None else packed[2 * n * o + 5 * n:].view(n, -1).bool()
         return StepResult(
             obs=packed[: n * o].view(n, *self.obs_shape),
             reward=scalars[0],
             terminated=scalars[1].bool(),
             truncated=scalars[2].bool(),
             final_obs=packed[n * o: 2 * n * o].view(n, *self.obs_shape),
-            action_mask=self._mask,
+            action_mask=mask,
             current_player=self._player,
             episode_return=scalars[3],
             episode_length=scalars[4].long(),
@@ -220,7 +244,9 @@ class GymnasiumEnv:
 
     def reset(self, seed: int | None = None) -> StepResult:
         """Start a new episode in every row (sub-environment ``i`` seeded with ``seed + i`` when given)."""
-        obs, _ = self.vec.reset(seed=seed)
+        obs, infos = self.vec.reset(seed=seed)
+        self._host_mask = None
+        self._read_mask(infos)
         self._return[:] = 0.0
         self._length[:] = 0
         no = np.zeros(self.num_envs, dtype=bool)
@@ -255,11 +281,19 @@ class GymnasiumEnv:
                 row = int(bad.argmax())
                 raise ValueError(f"action out of range in env {row}: {int(host[row])} "
                                  f"(allowed 0..{self.num_actions - 1})")
+            if self._host_mask is not None:
+                illegal = ~self._host_mask[np.arange(self.num_envs), host]
+                if illegal.any():
+                    row = int(illegal.argmax())
+                    raise ValueError(f"illegal action in env {row}: {int(host[row])} (legal: "
+                                     f"{np.flatnonzero(self._host_mask[row]).tolist()})")
         return host + self._action_start
 
     def step(self, action: Tensor) -> StepResult:
         """Advance every row by one action; finished rows restart in the same call."""
         obs, reward, terminated, truncated, infos = self.vec.step(self._host_action(action))
+        # SAME_STEP: a finished row's info is its reset's, matching the observation returned.
+        self._read_mask(infos)
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool) & ~terminated
         done = terminated | truncated
@@ -277,7 +311,8 @@ class GymnasiumEnv:
             else:
                 # NEXT_STEP / DISABLED: ``obs`` is where the rows finished; reset just those rows now.
                 final_obs = np.array(obs, copy=True)
-                reset_obs, _ = self.vec.reset(options={"reset_mask": done.copy()})
+                reset_obs, reset_infos = self.vec.reset(options={"reset_mask": done.copy()})
+                self._read_mask(reset_infos, done)
                 obs = np.array(obs, copy=True)
                 obs[done] = np.asarray(reset_obs)[done]
             self._return[done] = 0.0
