@@ -377,7 +377,7 @@ class Trainer:
                 *earlier, last = self.read_metrics(pending)
                 pending.clear()
                 for line in earlier:
-                    logger.log_update(*line[:3], phases=line[3])
+                    logger.log_update(line.update, line.global_step, line.record, phases=line.phases)
                 bad = next((line.update for line in (*earlier, last) if not line.finite), None)
                 if bad is None and validate:
                     logger.log_validation(self.update, self.global_step, self.validate())
@@ -385,7 +385,7 @@ class Trainer:
                         status = "success"
                         reason = (f"validation passed {self.streak} times in a row at update {self.update} "
                                   f"(>= {cfg.min_updates} updates)")
-                logger.log_update(*last[:3], phases=last[3])
+                logger.log_update(last.update, last.global_step, last.record, phases=last.phases)
                 if bad is not None:
                     status = "numerical_error"
                     reason = (f"non-finite loss or gradient at update {bad}; training stopped and the "
