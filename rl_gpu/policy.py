@@ -141,12 +141,21 @@ class RunningMeanStd(nn.Module):
 class _ActorCriticBase(nn.Module):
     """What both heads share: optional observation normalisation and the critic."""
 
-    def _init_base(self, obs_dim: int, hidden_sizes: Sequence[int], normalize_obs: bool) -> None:
+    def _init_base(
+        self, obs_dim: int, hidden_sizes: Sequence[int], normalize_obs: bool, out_name: str, out_size: int
+    ) -> None:
+        """Validate the sizes, then build the normaliser, the critic and the actor (``out_size`` outputs)."""
+        if obs_dim <= 0 or out_size <= 0 or any(h <= 0 for h in hidden_sizes):
+            raise ValueError(
+                f"obs_dim, {out_name} and hidden sizes must be positive, got {obs_dim}, {out_size}, "
+                f"{tuple(hidden_sizes)}"
+            )
         self.obs_dim = obs_dim
         self.hidden_sizes = tuple(hidden_sizes)
         self.normalize_obs = normalize_obs
         self.obs_rms = RunningMeanStd(obs_dim) if normalize_obs else None
         self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0)
+        self.actor = mlp(obs_dim, hidden_sizes, out_size, out_gain=0.01)
 
     def preprocess(self, obs: Tensor) -> Tensor:
         """The network input: ``obs`` normalised by the running statistics, when enabled."""
@@ -193,14 +202,8 @@ class ActorCritic(_ActorCriticBase):
         normalize_obs: bool = False,
     ) -> None:
         super().__init__()
-        if obs_dim <= 0 or num_actions <= 0 or any(h <= 0 for h in hidden_sizes):
-            raise ValueError(
-                f"obs_dim, num_actions and hidden sizes must be positive, got {obs_dim}, {num_actions}, "
-                f"{tuple(hidden_sizes)}"
-            )
-        self._init_base(obs_dim, hidden_sizes, normalize_obs)
+        self._init_base(obs_dim, hidden_sizes, normalize_obs, "num_actions", num_actions)
         self.num_actions = num_actions
-        self.actor = mlp(obs_dim, hidden_sizes, num_actions, out_gain=0.01)
 
     def act(
         self,
@@ -257,15 +260,9 @@ class GaussianActorCritic(_ActorCriticBase):
         normalize_obs: bool = False,
     ) -> None:
         super().__init__()
-        if obs_dim <= 0 or action_dim <= 0 or any(h <= 0 for h in hidden_sizes):
-            raise ValueError(
-                f"obs_dim, action_dim and hidden sizes must be positive, got {obs_dim}, {action_dim}, "
-                f"{tuple(hidden_sizes)}"
-            )
-        self._init_base(obs_dim, hidden_sizes, normalize_obs)
+        self._init_base(obs_dim, hidden_sizes, normalize_obs, "action_dim", action_dim)
         self.action_dim = action_dim
         self.init_log_std = init_log_std
-        self.actor = mlp(obs_dim, hidden_sizes, action_dim, out_gain=0.01)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
 
     def act(

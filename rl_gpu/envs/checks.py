@@ -589,23 +589,7 @@ def check_autoreset(
             rows=~done,
         )
         _compare(check, "state.done", state.done, torch.zeros(num_envs, dtype=torch.bool), step=step)
-        _compare_tree(check, "reset state.inner", state.inner, fresh.state.inner, step=step, rows=done)
-        _compare(
-            check,
-            "reset state.episode_step",
-            state.episode_step,
-            torch.zeros(num_envs, dtype=torch.long),
-            step=step,
-            rows=done,
-        )
-        _compare(
-            check,
-            "reset state.episode_return",
-            state.episode_return,
-            torch.zeros(env.reward_shape),
-            step=step,
-            rows=done,
-        )
+        _compare_restarted(check, "reset", state, fresh.state, env, step=step, rows=done)
         now = env.observe()
         for name in ("obs", "action_mask", "current_player"):
             _compare(check, name, getattr(result, name), getattr(now, name), step=step)
@@ -714,25 +698,7 @@ def check_frozen_rows(
             fresh.generator.set_state(reset_draw)
             fresh.reset()
             after = env.state
-            _compare_tree(
-                check, "reset_rows state.inner", after.inner, fresh.state.inner, step=step, rows=rows
-            )
-            _compare(
-                check,
-                "reset_rows state.episode_step",
-                after.episode_step,
-                torch.zeros(num_envs, dtype=torch.long),
-                step=step,
-                rows=rows,
-            )
-            _compare(
-                check,
-                "reset_rows state.episode_return",
-                after.episode_return,
-                zero_reward,
-                step=step,
-                rows=rows,
-            )
+            _compare_restarted(check, "reset_rows", after, fresh.state, env, step=step, rows=rows)
             _compare(check, "reset_rows state.done", after.done, no, step=step, rows=rows)
             _compare_tree(check, "untouched state", after, before, step=step, rows=~rows)
             _compare_results(check, result, env.observe(), step=step)
@@ -1039,6 +1005,17 @@ def _compare_tree(
 
 
 _AFTER_RESET_FIELDS = ("obs", "action_mask", "current_player")
+
+
+def _compare_restarted(
+    check: str, label: str, state: EnvState, fresh: EnvState, env: TensorEnv, *, step: int, rows: Tensor
+) -> None:
+    """``rows`` of ``state`` hold a fresh start (that of ``fresh``) with zeroed episode counters."""
+    _compare_tree(check, f"{label} state.inner", state.inner, fresh.inner, step=step, rows=rows)
+    _compare(check, f"{label} state.episode_step", state.episode_step,
+             torch.zeros(env.num_envs, dtype=torch.long), step=step, rows=rows)
+    _compare(check, f"{label} state.episode_return", state.episode_return, torch.zeros(env.reward_shape),
+             step=step, rows=rows)
 
 
 def _compare_results(
