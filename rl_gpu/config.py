@@ -182,13 +182,19 @@ PRESETS: dict[str, dict] = {
 }
 """Per-environment defaults over :class:`TrainConfig`'s; command-line flags override them."""
 
+GYMNASIUM_DEFAULTS: dict = {**_CLASSIC, "num_envs": 16}
+"""Defaults for a ``gym:`` id without a preset: a single-player task whose sub-environments step in Python on
+the host, so a small batch (the global defaults are the roulette game's 4096 rows and 24,576 final episodes)."""
+
 
 def preset_config(env_id: str) -> TrainConfig:
     """The default configuration for ``env_id`` (the global defaults for an id without a preset).
 
-    ``gym:X`` takes ``X``'s preset when there is one: the same task, stepped by Gymnasium on the host.
+    ``gym:X`` takes ``X``'s preset when there is one: the same task, stepped by Gymnasium on the host; other
+    ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`.
     """
-    preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), {})))
+    fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else {}
+    preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), fallback)))
     ppo = PPOConfig(**preset.pop("ppo", {}))
     return TrainConfig(env=env_id, ppo=ppo, **preset)
 

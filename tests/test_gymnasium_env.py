@@ -251,3 +251,13 @@ def test_masked_policy_only_takes_reported_legal_actions():
     rollout = collect(policy, env, 64, torch.Generator().manual_seed(0))
     assert not bool(rollout.action_mask.all())
     assert rollout.action_mask.gather(-1, rollout.action[..., None]).all()
+
+
+def test_gym_ids_without_a_preset_get_small_single_player_defaults():
+    from rl_gpu.config import PRESETS, TrainConfig, preset_config
+
+    taxi = preset_config(f"gym:{TAXI}")
+    assert (taxi.num_envs, taxi.final_eval_episodes, taxi.min_updates) == (16, 1000, 1)
+    assert TrainConfig().num_envs == 4096  # the roulette-sized global defaults stay for non-gym ids
+    cartpole = preset_config("gym:CartPole-v1")
+    assert cartpole.num_envs == PRESETS["CartPole-v1"]["num_envs"] and cartpole.solve_threshold == 475.0
