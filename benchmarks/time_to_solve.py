@@ -49,7 +49,7 @@ def evaluate_deterministic(policy, seed: int) -> float:
     probable action; rows freeze when their episode ends, and the loop stops once every row has ended."""
     import torch
 
-    from rl_gpu import distributions as D
+    from rl_gpu.nn import distributions as D
     from rl_gpu.envs.registry import make
 
     env = make("CartPole-v1", num_envs=EVAL_EPISODES, seed=seed, autoreset=False, validate_actions=False)
@@ -70,14 +70,14 @@ def worker_rl_gpu(seed: int, eval_every: int, compile_mode: str, settings: dict)
     import torch
 
     from rl_gpu.envs.registry import make
-    from rl_gpu.optimization import PPO, PPOConfig
-    from rl_gpu.policy import policy_for_env
+    from rl_gpu.algos.ppo import PPO, PPOConfig
+    from rl_gpu.nn.actor_critic import policy_for_env
 
     torch.set_num_threads(1)
     cfg = {**OURS, **settings}
     torch.manual_seed(seed)
     env = make("CartPole-v1", num_envs=cfg["num_envs"], seed=seed, validate_actions=False)
-    policy = policy_for_env(env)
+    policy = policy_for_env(env.spec)
     ppo = PPOConfig(**{k: v for k, v in cfg.items() if k in PPOConfig.__dataclass_fields__})
     algo = PPO(policy, ppo, cfg["learning_rate"], seed, compile=compile_mode)
     per_iteration = cfg["num_envs"] * cfg["num_steps"]

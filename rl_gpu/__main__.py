@@ -1,44 +1,8 @@
-"""``rl-gpu`` / ``python -m rl_gpu``: one entry point with subcommands."""
-
-from __future__ import annotations
+"""``python -m rl_gpu``: the ``rl-gpu`` command (:mod:`rl_gpu.cli.main`)."""
 
 import sys
-from typing import Sequence
 
-COMMANDS = {
-    "train": "train with PPO, validate, keep the best checkpoint",
-    "evaluate": "evaluate a checkpoint on fresh seeds",
-    "plot": "learning curves of runs as a PNG",
-    "export": "a checkpoint's policy as ONNX or TorchScript",
-    "bench": "throughput of env steps, rollouts and training over N (transitions/s)",
-}
-
-USAGE = "usage: rl-gpu {" + ",".join(COMMANDS) + "} [--help] ...\n\n" + "\n".join(
-    f"  {name:<10} {text}" for name, text in COMMANDS.items()
-)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0 if args else 2
-    command, rest = args[0], args[1:]
-    if command == "train":
-        from rl_gpu.train import main as run
-    elif command == "evaluate":
-        from rl_gpu.evaluate import main as run
-    elif command == "plot":
-        from rl_gpu.plot import main as run
-    elif command == "export":
-        from rl_gpu.export import main as run
-    elif command == "bench":
-        from rl_gpu.bench import main as run
-    else:
-        print(f"rl-gpu: error: unknown command {command!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
-        return 2
-    return run(rest)
-
+from rl_gpu.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,12 +9,15 @@ import pytest
 import torch
 from torch import nn
 
-from rl_gpu.compile import resolve_compile
+from rl_gpu.runtime.compile import resolve_compile
 from rl_gpu.envs.registry import make
-from rl_gpu.gae import compute_gae
-from rl_gpu.optimization import PPO, PPOConfig, ppo_loss, update_policy
-from rl_gpu.policy import policy_for_env
-from rl_gpu.rollout import EnvStepper, RolloutEngine, collect, step_chunk
+from rl_gpu.data.advantages import compute_gae
+from rl_gpu.algos.ppo import PPO, PPOConfig, update_policy
+from rl_gpu.algos.ppo.loss import ppo_loss
+from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.collect.engine import RolloutEngine
+from rl_gpu.collect.reference import collect
+from rl_gpu.collect.stepper import EnvStepper, step_chunk
 
 CASES = [("CartPole-v1", False), ("RussianRoulette-v0", True), ("Pendulum-v1", False)]
 
@@ -22,7 +25,7 @@ CASES = [("CartPole-v1", False), ("RussianRoulette-v0", True), ("Pendulum-v1", F
 def _env_policy(env_id, n=16, device="cpu", normalize_obs=False):
     env = make(env_id, num_envs=n, seed=3, device=device, validate_actions=False)
     torch.manual_seed(0)
-    return env, policy_for_env(env, normalize_obs=normalize_obs).to(device)
+    return env, policy_for_env(env.spec, normalize_obs=normalize_obs).to(device)
 
 
 def _assert_rollouts(a, b, exact=True):

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from rl_gpu.envs import make
-from rl_gpu.optimization import PPO, PPOConfig
-from rl_gpu.policy import policy_for_env
-from rl_gpu.rollout import collect, episode_horizon
+from rl_gpu.algos.ppo import PPO, PPOConfig
+from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.collect.reference import collect, episode_horizon
 
 NUM_UPDATES = 3
 NUM_ENVS = 8
@@ -35,7 +35,7 @@ def _train(
     env = make(env_id, num_envs=NUM_ENVS, seed=seed, validate_actions=False)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)  # network initialisation is the only draw from the global generator
-        policy = policy_for_env(env, hidden_sizes=(16, 16), normalize_obs=True)
+        policy = policy_for_env(env.spec, hidden_sizes=(16, 16), normalize_obs=True)
     algo = PPO(policy, PPOConfig(update_epochs=2, num_minibatches=4), learning_rate=3e-3, seed=seed)
     opponent_rng = torch.Generator().manual_seed(seed + 2)
     num_steps = episode_horizon(env) if episodic else 16

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rl_gpu.__main__ import main as rl_gpu_main
-from rl_gpu.checkpoint import save_checkpoint
-from rl_gpu.export import DeterministicPolicy, to_onnx_bytes, to_torchscript_bytes
+from rl_gpu.runtime.checkpoint import save_checkpoint
+from rl_gpu.interop.export import DeterministicPolicy, to_onnx_bytes, to_torchscript_bytes
 from rl_gpu.policy import ActorCritic, GaussianActorCritic
 
 HAS_ONNX = all(importlib.util.find_spec(name) is not None for name in ("onnx", "onnxruntime"))

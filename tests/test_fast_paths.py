@@ -4,10 +4,11 @@ import pytest
 import torch
 from torch import nn
 
-from rl_gpu import distributions as D
+from rl_gpu.nn import distributions as D
 from rl_gpu.envs.registry import make
-from rl_gpu.optimization import clip_grad_norm
-from rl_gpu.policy import MLP, ActorCritic, Tanh
+from rl_gpu.algos.optim import clip_grad_norm
+from rl_gpu.nn.actor_critic import ActorCritic
+from rl_gpu.nn.layers import MLP, Tanh
 
 
 @pytest.mark.parametrize("rows", [8, 127, 128, 1024])

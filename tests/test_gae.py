@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from rl_gpu.gae import compute_gae
+from rl_gpu.data.advantages import compute_gae
 
 GAMMA, LAM = 0.9, 0.8
 

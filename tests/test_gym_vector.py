@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode  # noqa: E402
 from gymnasium.wrappers.vector import DictInfoToList, RecordEpisodeStatistics  # noqa: E402
 
 from rl_gpu.envs.registry import make  # noqa: E402
-from rl_gpu.gym_vector import to_gymnasium  # noqa: E402
+from rl_gpu.interop.gymnasium import to_gymnasium  # noqa: E402
 
 
 def test_spaces_follow_the_environment():
@@ -134,7 +134,7 @@ def test_stable_baselines3_ppo_trains_on_it():
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from rl_gpu.gym_vector import to_sb3
+    from rl_gpu.interop.sb3 import to_sb3
 
     vec = to_sb3(make("CartPole-v1", num_envs=4, seed=0, max_episode_steps=20))
     vec.seed(3)

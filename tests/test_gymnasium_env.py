@@ -15,10 +15,10 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv  # noqa: E402
 
 from rl_gpu.envs.gymnasium_env import GymnasiumEnv  # noqa: E402
 from rl_gpu.envs.registry import env_class, is_known, make  # noqa: E402
-from rl_gpu.evaluation import evaluate_policy  # noqa: E402
-from rl_gpu.optimization import PPO, PPOConfig  # noqa: E402
-from rl_gpu.policy import policy_for_env  # noqa: E402
-from rl_gpu.rollout import collect  # noqa: E402
+from rl_gpu.training.evaluation import evaluate_policy  # noqa: E402
+from rl_gpu.algos.ppo import PPO, PPOConfig  # noqa: E402
+from rl_gpu.nn.actor_critic import policy_for_env  # noqa: E402
+from rl_gpu.collect.reference import collect  # noqa: E402
 
 
 class Countdown(gymnasium.Env):
@@ -150,7 +150,7 @@ def test_final_obs_truncation_and_episode_statistics_with_a_time_limit():
 
 def test_collect_bootstraps_truncated_rows_from_final_obs():
     env = make("gym:CartPole-v1", num_envs=4, seed=2, max_episode_steps=6)
-    policy = policy_for_env(env)
+    policy = policy_for_env(env.spec)
     rollout = collect(policy, env, 20, torch.Generator().manual_seed(0))
     assert bool(rollout.truncated.any())
     assert not bool((rollout.truncated & rollout.terminated).any())
@@ -184,7 +184,7 @@ def test_half_cheetah_runs_a_few_hundred_steps():
 def test_ppo_learns_gym_cartpole():
     torch.manual_seed(0)
     env = make("gym:CartPole-v1", num_envs=8, seed=0)
-    policy = policy_for_env(env)
+    policy = policy_for_env(env.spec)
     algo = PPO(policy, PPOConfig(num_minibatches=4, update_epochs=4, ent_coef=0.0), 2.5e-3, seed=0)
     def make_env(n, seed):
         return make("gym:CartPole-v1", num_envs=n, seed=seed)
@@ -247,14 +247,15 @@ def test_action_masks_reported_in_infos_are_the_legal_actions(mode):
 def test_masked_policy_only_takes_reported_legal_actions():
     env = GymnasiumEnv(TAXI, 8, seed=1)
     torch.manual_seed(0)
-    policy = policy_for_env(env)
+    policy = policy_for_env(env.spec)
     rollout = collect(policy, env, 64, torch.Generator().manual_seed(0))
     assert not bool(rollout.action_mask.all())
     assert rollout.action_mask.gather(-1, rollout.action[..., None]).all()
 
 
 def test_gym_ids_without_a_preset_get_small_single_player_defaults():
-    from rl_gpu.config import PRESETS, TrainConfig, preset_config
+    from rl_gpu.cli.presets import PRESETS, preset_config
+    from rl_gpu.training.config import TrainConfig
 
     taxi = preset_config(f"gym:{TAXI}")
     assert (taxi.num_envs, taxi.final_eval_episodes, taxi.min_updates) == (16, 1000, 1)

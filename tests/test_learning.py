@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from rl_gpu.config import preset_config
-from rl_gpu.trainer import train
+from rl_gpu.cli.presets import preset_config
+from rl_gpu.training.runner import train
 
 
 def _train(tmp_path, env_id, **overrides):

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from rl_gpu.envs.registry import make
-from rl_gpu.optimization import PPO, PPOConfig, update_policy
-from rl_gpu.policy import policy_for_env
-from rl_gpu.rollout import RolloutEngine, collect
+from rl_gpu.algos.ppo import PPO, PPOConfig, update_policy
+from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.collect.engine import RolloutEngine
+from rl_gpu.collect.reference import collect
 
 HOST_READS = ("item", "tolist", "cpu", "numpy", "nonzero", "__bool__", "__int__", "__float__", "__index__")
 
@@ -80,7 +81,7 @@ def test_the_guard_catches_host_reads():
 def _setup(env_id, n=16, **ppo):
     env = make(env_id, num_envs=n, seed=1, validate_actions=False)
     torch.manual_seed(0)
-    policy = policy_for_env(env, normalize_obs=True)
+    policy = policy_for_env(env.spec, normalize_obs=True)
     config = PPOConfig(num_minibatches=2, update_epochs=3, **ppo)
     return env, policy, config
 
@@ -131,7 +132,7 @@ def test_whole_iteration_does_not_synchronise(env_id, episodic):
 def test_cuda_iterations_under_sync_debug_mode_error(mode, env_id, episodic):
     env = make(env_id, num_envs=256, seed=1, device="cuda", validate_actions=False)
     torch.manual_seed(0)
-    policy = policy_for_env(env, normalize_obs=True).cuda()
+    policy = policy_for_env(env.spec, normalize_obs=True).cuda()
     algo = PPO(policy, PPOConfig(num_minibatches=4, update_epochs=2, target_kl=0.01), 1e-3, seed=3, compile=mode)
     g = torch.Generator(device="cuda").manual_seed(2)
     # The first calls compile and (cudagraphs) warm up and capture; those may synchronise.
@@ -156,8 +157,8 @@ def _run_trainer_counting_reads(tmp_path, monkeypatch, guard, device="cpu"):
     ``guard()``; returns the updates read back together at each host read."""
     import dataclasses
 
-    from rl_gpu.config import preset_config
-    from rl_gpu.trainer import Trainer, train
+    from rl_gpu.cli.presets import preset_config
+    from rl_gpu.training.runner import Trainer, train
 
     reads = []
     train_one_update, read_metrics = Trainer.train_one_update, Trainer.read_metrics

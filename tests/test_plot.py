@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from rl_gpu.__main__ import main as rl_gpu_main  # noqa: E402
-from rl_gpu.plot import aggregate, find_runs, group_runs, read_metrics, series, smooth  # noqa: E402
+from rl_gpu.cli.plot import aggregate, find_runs, group_runs, read_metrics, series, smooth  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -5,9 +5,9 @@ import math
 
 import torch
 
-from rl_gpu import distributions as D
+from rl_gpu.nn import distributions as D
 from rl_gpu.envs import RussianRouletteVectorized
-from rl_gpu.optimization import PPOConfig, update_policy
+from rl_gpu.algos.ppo import PPOConfig, update_policy
 from rl_gpu.policy import ActorCritic, GaussianActorCritic, UniformRandomPolicy
 from rl_gpu.rollout import collect_episodes
 
@@ -155,7 +155,7 @@ def test_normalizer_is_identity_until_first_update_and_travels_in_state_dict():
 
 
 def test_wilson_interval_and_z():
-    from rl_gpu.evaluation import improvement_z, wilson_interval
+    from rl_gpu.training.evaluation import improvement_z, wilson_interval
 
     lo, hi = wilson_interval(50, 100)
     assert abs(lo - 0.4038) < 1e-3 and abs(hi - 0.5962) < 1e-3

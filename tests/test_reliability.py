@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl_gpu.checkpoint import load_checkpoint, save_checkpoint
-from rl_gpu.config import preset_config
+from rl_gpu.runtime.checkpoint import load_checkpoint, save_checkpoint
+from rl_gpu.cli.presets import preset_config
 from rl_gpu.envs.cartpole import CartPoleEnv
 from rl_gpu.envs.registry import register
-from rl_gpu.trainer import VOLATILE_METRICS, resume, train
+from rl_gpu.training.runner import VOLATILE_METRICS, resume, train
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -209,7 +209,7 @@ def test_checkpoint_of_another_env_or_architecture_is_refused(tmp_path, referenc
 
 
 def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
-    from rl_gpu import checkpoint
+    from rl_gpu.runtime import checkpoint
 
     target = tmp_path / "last.pt"
     save_checkpoint(target, {"update": 1})

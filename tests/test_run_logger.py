@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from rl_gpu import plot, run_logger
-from rl_gpu.run_logger import JsonLines, RunLogger
+from rl_gpu.cli import plot
+from rl_gpu.training import run_logger
+from rl_gpu.training.run_logger import JsonLines, RunLogger
 
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +75,7 @@ def test_torn_last_line_is_cut_when_reopened(tmp_path):
 def test_a_killed_writer_leaves_only_whole_lines(tmp_path):
     script = (
         "import sys\n"
-        "from rl_gpu.run_logger import RunLogger\n"
+        "from rl_gpu.training.run_logger import RunLogger\n"
         "logger = RunLogger(sys.argv[1], display='off', tensorboard=False)\n"
         "print('ready', flush=True)\n"
         "u = 0\n"

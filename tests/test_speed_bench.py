@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl_gpu import bench
+from rl_gpu.cli import bench
 from rl_gpu.envs.registry import make
-from rl_gpu.optimization import PPO, PPOConfig
-from rl_gpu.policy import policy_for_env
-from rl_gpu.rollout import RolloutEngine, noise_bytes
+from rl_gpu.algos.ppo import PPO, PPOConfig
+from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.collect.engine import RolloutEngine, noise_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,7 +71,7 @@ def test_bench_cli_refuses_bad_input():
 
 def test_rollout_storage_of_65536_cartpoles_is_well_under_2_gb():
     env = make("CartPole-v1", num_envs=64, seed=0, validate_actions=False)
-    policy = policy_for_env(env)
+    policy = policy_for_env(env.spec)
     engine = RolloutEngine(policy, env, 16)
     noise = engine.draw(torch.Generator().manual_seed(0))
     rollout, _ = engine.run(noise)
@@ -86,11 +86,11 @@ def test_one_iteration_with_65536_cartpoles_runs_in_well_under_2_gb(tmp_path):
     code = (
         "import resource, torch\n"
         "from rl_gpu.envs.registry import make\n"
-        "from rl_gpu.optimization import PPO, PPOConfig\n"
-        "from rl_gpu.policy import policy_for_env\n"
+        "from rl_gpu.algos.ppo import PPO, PPOConfig\n"
+        "from rl_gpu.nn.actor_critic import policy_for_env\n"
         "torch.set_num_threads(1)\n"
         "env = make('CartPole-v1', num_envs=65536, seed=0, validate_actions=False)\n"
-        "algo = PPO(policy_for_env(env), PPOConfig(update_epochs=1, num_minibatches=16), 1e-3, 0)\n"
+        "algo = PPO(policy_for_env(env.spec), PPOConfig(update_epochs=1, num_minibatches=16), 1e-3, 0)\n"
         "algo.iterate(env, 16)\n"
         "algo.iterate(env, 16)\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n"
@@ -104,7 +104,7 @@ def test_one_iteration_with_65536_cartpoles_runs_in_well_under_2_gb(tmp_path):
 
 def test_ppo_without_compile_flag_is_eager_on_cpu():
     env = make("CartPole-v1", num_envs=8, seed=0, validate_actions=False)
-    algo = PPO(policy_for_env(env), PPOConfig(num_minibatches=2), 1e-3, 0, compile="auto")
+    algo = PPO(policy_for_env(env.spec), PPOConfig(num_minibatches=2), 1e-3, 0, compile="auto")
     assert algo.compile == "off"
 
 

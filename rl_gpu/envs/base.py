@@ -15,53 +15,28 @@ pre-reset observation kept in ``final_obs``, the time limit (``truncated``), fro
 auto-reset is off, episode statistics kept on the device, action validation, and reading/injecting state.
 Nothing in :meth:`TensorEnv.step_state` synchronises with the host: no ``.item()``, no ``nonzero()``, no
 boolean-index writes; rows are reset with ``torch.where``.
+
+Per-row parameters (masses, frictions, goal positions: domain randomisation) belong in the inner state, drawn by
+``_sample_initial_state`` with the rest of an episode's start: a reset row then gets new parameters through the
+same ``torch.where`` as its new position, and state injection and checkpoints carry them.
+
+A :class:`TensorEnv` implements :class:`~rl_gpu.core.types.FunctionalEnv` (and so
+:class:`~rl_gpu.core.types.VecEnv`): ``draw_starts``, ``initial_state``, ``timestep`` and ``step_state`` are the
+pure pieces compiled collection is built from.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import torch
 from torch import Tensor
 
+from rl_gpu.core.pytree import tree_where
+from rl_gpu.core.types import EnvSpec, StepResult
+
 Inner = TypeVar("Inner", bound=tuple)
-
-
-class StepResult(NamedTuple):
-    """What one ``reset`` or ``step`` returns. Every field has leading dimension N.
-
-    The flags describe the transition just taken; ``obs``, ``action_mask`` and ``current_player`` describe
-    the state the next action is chosen in (after auto-reset). Fields may share memory with the environment's
-    state (no copies on the hot path): treat them as read-only and ``clone()`` before modifying one in place.
-    """
-
-    obs: Tensor
-    """``[N, *O]`` float32: observation of the player to act next, after auto-reset."""
-    reward: Tensor
-    """``[N]`` float32 (``[N, P]`` for P > 1 players, one column per seat): reward of this transition.
-    Zero on reset and for frozen rows."""
-    terminated: Tensor
-    """``[N]`` bool: the transition reached a terminal state of the game (no bootstrap after it)."""
-    truncated: Tensor
-    """``[N]`` bool: the episode was cut by the time limit without terminating (bootstrap from
-    ``final_obs``). Never True together with ``terminated``."""
-    final_obs: Tensor
-    """``[N, *O]``: the observation reached by the transition, before any reset. Equals ``obs`` in rows
-    that did not finish."""
-    action_mask: Tensor
-    """``[N, A]`` bool: True = legal in ``obs``. At least one True per row."""
-    current_player: Tensor
-    """``[N]`` int64: the seat that acts next (always 0 for single-player environments)."""
-    episode_return: Tensor
-    """``[N]`` (``[N, P]``) float32: return of the episode that just ended; meaningful where done."""
-    episode_length: Tensor
-    """``[N]`` int64: length in steps of the episode that just ended; meaningful where done."""
-
-    @property
-    def done(self) -> Tensor:
-        """``[N]`` bool: ``terminated | truncated``."""
-        return self.terminated | self.truncated
 
 
 class EnvState(NamedTuple, Generic[Inner]):
@@ -75,15 +50,6 @@ class EnvState(NamedTuple, Generic[Inner]):
     """``[N]`` (``[N, P]``) float32: reward summed over the current episode."""
     done: Tensor
     """``[N]`` bool: the row has finished and is frozen (only ever True when auto-reset is off)."""
-
-
-def tree_where(condition: Tensor, if_true: tuple, if_false: tuple) -> tuple:
-    """Select row-wise between two NamedTuples of ``[N, ...]`` tensors; ``condition`` is ``[N]`` bool."""
-    fields = []
-    for a, b in zip(if_true, if_false):
-        c = condition.view(condition.shape + (1,) * (a.dim() - 1))
-        fields.append(torch.where(c, a, b))
-    return type(if_true)(*fields) if hasattr(if_true, "_fields") else tuple(fields)
 
 
 def check_action_format(
@@ -135,6 +101,12 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     """P: 1 for single-agent tasks; 2 for two-player turn-based games."""
     max_episode_steps: int | None = None
     """Time limit in steps (``truncated`` when reached), or None for none."""
+    max_game_length: int | None = None
+    """Turn-based games: the most steps a game can last (every game ends by itself within it)."""
+    obs_low: tuple[float, ...] | None = None
+    """Flat per-element lower bound of observations, when there is one."""
+    obs_high: tuple[float, ...] | None = None
+    """Flat per-element upper bound of observations, when there is one."""
     params_type: type | None = None
     """A frozen dataclass of physical or game parameters; constructor keyword arguments override its fields
     and the result is ``self.params``. None: the environment takes no parameters."""
@@ -163,7 +135,24 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         self.validate_actions = validate_actions
         self.generator = torch.Generator(device=self.device)
         self.seed(seed)
-        self.state: EnvState[Inner] = self._fresh_state(self._sample_initial_state(num_envs, self.generator))
+        self.state: EnvState[Inner] = self.initial_state(self.draw_starts(num_envs))
+
+    @property
+    def spec(self) -> EnvSpec:
+        """The batch as the layers above see it (:class:`~rl_gpu.core.types.EnvSpec`)."""
+        horizon = self.max_game_length or self.max_episode_steps
+        return EnvSpec(
+            obs_shape=tuple(self.obs_shape), num_actions=self.num_actions, action_shape=tuple(self.action_shape),
+            action_low=tuple(self.action_low), action_high=tuple(self.action_high),
+            obs_low=self.obs_low, obs_high=self.obs_high,
+            num_players=self.num_players, max_episode_steps=self.max_episode_steps, episode_horizon=horizon,
+            has_action_mask=type(self)._legal_actions is not TensorEnv._legal_actions,
+            functional=True, exact_resume=True,
+        )
+
+    def draw_starts(self, num_envs: int) -> Inner:
+        """``num_envs`` fresh episode starts drawn with the batch's own generator (the only randomness)."""
+        return self._sample_initial_state(num_envs, self.generator)
 
     def seed(self, seed: int | None) -> None:
         """Re-seed the reset randomness (None draws a seed from torch's global generator).
@@ -210,7 +199,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         n = inner[0].shape[0]
         return torch.zeros(n, dtype=torch.long, device=self.device)
 
-    def _fresh_state(self, inner: Inner) -> EnvState[Inner]:
+    def initial_state(self, inner: Inner) -> EnvState[Inner]:
+        """The full state of a batch starting from ``inner``: episode counters at zero, no row frozen."""
         n = inner[0].shape[0]
         return EnvState(
             inner=inner,
@@ -219,7 +209,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
             done=torch.zeros(n, dtype=torch.bool, device=self.device),
         )
 
-    def _timestep(self, state: EnvState[Inner]) -> StepResult:
+    def timestep(self, state: EnvState[Inner]) -> StepResult:
         """A zero-reward step describing ``state`` as it is (what :meth:`reset` returns)."""
         obs = self._observe(state.inner)
         n = obs.shape[0]
@@ -241,7 +231,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     ) -> tuple[EnvState[Inner], StepResult]:
         """The pure batched step: ``state`` and ``action`` in, next state and result out.
 
-        ``reset_inner`` holds a fresh start for every row (drawn by :meth:`_sample_initial_state` outside
+        ``reset_inner`` holds a fresh start for every row (drawn by :meth:`draw_starts` outside
         this function, so that a compiled step contains no random-number generation); only rows that
         finish take it. Finished rows of a non-auto-reset batch (``state.done``) do not move.
         """
@@ -321,30 +311,30 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         """Start a new episode in every row (re-seeding first if ``seed`` is given)."""
         if seed is not None:
             self.seed(seed)
-        self.state = self._fresh_state(self._sample_initial_state(self.num_envs, self.generator))
-        return self._timestep(self.state)
+        self.state = self.initial_state(self.draw_starts(self.num_envs))
+        return self.timestep(self.state)
 
     def reset_rows(self, rows: Tensor) -> StepResult:
         """Start a new episode in the rows where ``rows`` (``[N]`` bool) is True; others are untouched."""
         rows = rows.to(self.device)
-        fresh = self._fresh_state(self._sample_initial_state(self.num_envs, self.generator))
+        fresh = self.initial_state(self.draw_starts(self.num_envs))
         self.state = EnvState(
             tree_where(rows, fresh.inner, self.state.inner),
             *tree_where(rows, fresh[1:], self.state[1:]),
         )
-        return self._timestep(self.state)
+        return self.timestep(self.state)
 
     def step(self, action: Tensor) -> StepResult:
         """Advance every row by one action (``[N]`` integer tensor on ``device``)."""
         self.check_action(action)
-        reset_inner = self._sample_initial_state(self.num_envs, self.generator)
+        reset_inner = self.draw_starts(self.num_envs)
         action = action.float() if self.is_continuous else action.long()
         self.state, result = self.step_state(self.state, action, reset_inner)
         return result
 
     def observe(self) -> StepResult:
         """The current state as a zero-reward :class:`StepResult` (no transition)."""
-        return self._timestep(self.state)
+        return self.timestep(self.state)
 
     def get_state(self) -> EnvState[Inner]:
         """A copy of the full state (inner state, episode counters, frozen flags)."""
@@ -354,6 +344,24 @@ class TensorEnv(abc.ABC, Generic[Inner]):
             self.state.episode_return.clone(),
             self.state.done.clone(),
         )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The generator and the full state as tensors and plain values (weights-only checkpoint material)."""
+        state = self.state
+        return {"generator": self.generator.get_state(), "inner": list(state.inner),
+                "episode_step": state.episode_step, "episode_return": state.episode_return, "done": state.done}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned, exactly (tensors are moved to ``device``)."""
+        inner_type = type(self.state.inner)
+        self.set_state(EnvState(
+            inner_type(*(t.to(self.device) for t in state["inner"])), state["episode_step"].to(self.device),
+            state["episode_return"].to(self.device), state["done"].to(self.device),
+        ))
+        self.generator.set_state(state["generator"].cpu())
+
+    def close(self) -> None:
+        """Nothing to release: the batch is tensors."""
 
     def set_state(self, state: EnvState[Inner]) -> None:
         """Replace the full state (every tensor must have leading dimension N and live on ``device``)."""

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from rl_gpu.envs.base import StepResult, check_action_format
+from rl_gpu.core.types import EnvSpec, StepResult
+from rl_gpu.envs.base import check_action_format
 
 try:
     import gymnasium
@@ -187,6 +188,27 @@ class GymnasiumEnv:
         """``(N,)``: one player."""
         return (self.num_envs,)
 
+    @property
+    def spec(self) -> EnvSpec:
+        """The batch as the layers above see it: host-stepped (not functional), not exactly resumable (the
+        sub-environments' state lives in Python objects)."""
+        return EnvSpec(
+            obs_shape=self.obs_shape, num_actions=self.num_actions, action_shape=self.action_shape,
+            action_low=self.action_low, action_high=self.action_high, obs_low=self.obs_low,
+            obs_high=self.obs_high, max_episode_steps=self.max_episode_steps,
+            episode_horizon=self.max_episode_steps, has_action_mask=self._host_mask is not None,
+            functional=False, exact_resume=False,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing: Gymnasium keeps its state in Python objects, which a weights-only checkpoint cannot hold
+        (``spec.exact_resume`` is False)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restart every row with a fresh reset (the saved state cannot be restored; see :meth:`state_dict`)."""
+        self.reset()
+
     def _flat_obs(self, obs: np.ndarray) -> np.ndarray:
         """``[N, prod(O)]`` float32 observations (one-hot for ``Discrete`` spaces)."""
         if self._one_hot:
@@ -245,12 +267,29 @@ class GymnasiumEnv:
     def reset(self, seed: int | None = None) -> StepResult:
         """Start a new episode in every row (sub-environment ``i`` seeded with ``seed + i`` when given)."""
         obs, infos = self.vec.reset(seed=seed)
+        self._raw_obs = np.array(obs, copy=True)
         self._host_mask = None
         self._read_mask(infos)
         self._return[:] = 0.0
         self._length[:] = 0
         no = np.zeros(self.num_envs, dtype=bool)
         self._last = self._transfer(obs, obs, np.zeros(self.num_envs), no, no, self._return, self._length)
+        return self._last
+
+    def reset_rows(self, rows: Tensor) -> StepResult:
+        """Start a new episode in the rows where ``rows`` (``[N]`` bool) is True (Gymnasium's ``reset_mask``)."""
+        mask = rows.detach().to("cpu", torch.bool).numpy().reshape(self.num_envs).copy()
+        if not mask.any():
+            return self.observe()
+        reset_obs, infos = self.vec.reset(options={"reset_mask": mask})
+        self._read_mask(infos, mask)
+        host = np.array(self._raw_obs, copy=True)
+        host[mask] = np.asarray(reset_obs)[mask]
+        self._raw_obs = host
+        self._return[mask] = 0.0
+        self._length[mask] = 0
+        no = np.zeros(self.num_envs, dtype=bool)
+        self._last = self._transfer(host, host, np.zeros(self.num_envs), no, no, self._return, self._length)
         return self._last
 
     def observe(self) -> StepResult:
@@ -317,6 +356,7 @@ class GymnasiumEnv:
                 obs[done] = np.asarray(reset_obs)[done]
             self._return[done] = 0.0
             self._length[done] = 0
+        self._raw_obs = np.array(obs, copy=True)
         self._last = self._transfer(
             obs, final_obs, reward, terminated, truncated, episode_return, episode_length
         )

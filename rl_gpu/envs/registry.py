@@ -1,4 +1,5 @@
-"""Environment ids → :class:`~rl_gpu.envs.base.TensorEnv` classes, and ``make`` to build a batch by id.
+"""Environment ids → environment classes (any :class:`~rl_gpu.core.types.VecEnv`: a
+:class:`~rl_gpu.envs.base.TensorEnv`, a host-stepped or engine-backed one), and ``make`` to build a batch by id.
 
 Classes are registered as ``"module:ClassName"`` strings and imported on first use, so importing the registry
 does not import every environment (and environment modules may import the registry without a cycle).
@@ -12,10 +13,10 @@ from typing import Any
 
 import torch
 
-from rl_gpu.envs.base import TensorEnv
+from rl_gpu.core.types import VecEnv
 
-_registry: dict[str, type[TensorEnv] | str] = {}
-_imported: dict[str, type[TensorEnv]] = {}
+_registry: dict[str, type | str] = {}
+_imported: dict[str, type] = {}
 
 PREFIXES: dict[str, str] = {"gym:": "rl_gpu.envs.gymnasium_env:GymnasiumEnv"}
 """Id prefixes that name a family of environments rather than one id: ``"gym:<any Gymnasium id>"`` builds
@@ -36,16 +37,17 @@ def _load(entry: str):
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def register(env_id: str, cls: type[TensorEnv] | str, *, override: bool = False) -> None:
-    """Register ``cls`` (a ``TensorEnv`` subclass, or ``"package.module:ClassName"`` imported lazily) as
-    ``env_id``. Re-registering an id raises ``ValueError`` unless ``override`` is True."""
+def register(env_id: str, cls: type | str, *, override: bool = False) -> None:
+    """Register ``cls`` (an environment class built as ``cls(num_envs, device=, seed=, **kwargs)``, or
+    ``"package.module:ClassName"`` imported lazily) as ``env_id``. Re-registering an id raises ``ValueError``
+    unless ``override`` is True."""
     if not isinstance(env_id, str) or not env_id:
         raise ValueError(f"env_id must be a non-empty string, got {env_id!r}")
     if isinstance(cls, str):
         if cls.count(":") != 1:
             raise ValueError(f"entry point must look like 'package.module:ClassName', got {cls!r}")
-    elif not (isinstance(cls, type) and issubclass(cls, TensorEnv)):
-        raise TypeError(f"cls must be a TensorEnv subclass or an entry-point string, got {cls!r}")
+    elif not isinstance(cls, type):
+        raise TypeError(f"cls must be an environment class or an entry-point string, got {cls!r}")
     if env_id in _registry and not override and _registry[env_id] != cls:
         raise ValueError(f"{env_id!r} is already registered to {_registry[env_id]!r}; pass override=True")
     _registry[env_id] = cls
@@ -62,7 +64,7 @@ def is_known(env_id: str) -> bool:
     return _prefixed(env_id) is not None or env_id in _registry
 
 
-def env_class(env_id: str) -> type[TensorEnv]:
+def env_class(env_id: str) -> type:
     """The class registered as ``env_id`` (importing it if registered by name); for a prefixed id such as
     ``"gym:CartPole-v1"``, the class of its family (:data:`PREFIXES`)."""
     prefixed = _prefixed(env_id)
@@ -82,8 +84,8 @@ def env_class(env_id: str) -> type[TensorEnv]:
         return cls
     if env_id not in _imported:
         imported = _load(cls)
-        if not (isinstance(imported, type) and issubclass(imported, TensorEnv)):
-            raise TypeError(f"{cls!r} (registered as {env_id!r}) is not a TensorEnv subclass")
+        if not isinstance(imported, type):
+            raise TypeError(f"{cls!r} (registered as {env_id!r}) is not a class")
         _imported[env_id] = imported
     return _imported[env_id]
 
@@ -96,7 +98,7 @@ def make(
     *,
     max_episode_steps: int | None = None,
     **kwargs: Any,
-) -> TensorEnv:
+) -> VecEnv:
     """Build ``num_envs`` environments of type ``env_id`` on ``device``.
 
     ``kwargs`` go to the class (``autoreset``, ``validate_actions``, and environment parameters such as

@@ -1,4 +1,4 @@
-"""``rl-gpu export``: a checkpoint's policy as a deployable ONNX or TorchScript model.
+"""A policy as a deployable ONNX or TorchScript model (what ``rl-gpu export`` writes).
 
 The exported model maps observations to the policy's deterministic action, with nothing of rl_gpu needed to
 run it:
@@ -12,7 +12,7 @@ run it:
 
 Observation normalisation is part of the model: ``(obs - mean) * rsqrt(var + eps)`` clipped to ``±clip``, with
 the checkpoint's running statistics as constants, computed with the same float64-to-float32 casts as
-:class:`rl_gpu.policy.RunningMeanStd`, so the exported action equals ``policy.act(obs, mask,
+:class:`rl_gpu.nn.normalization.RunningMeanStd`, so the exported action equals ``policy.act(obs, mask,
 deterministic=True).action``.
 """
 
@@ -24,32 +24,27 @@ import importlib.util
 import io
 import json
 import logging
-import sys
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
-import tyro
 from torch import Tensor, nn
 
-from rl_gpu.cli import fail, parse
+from rl_gpu.nn.actor_critic import ActorCritic, GaussianActorCritic
+from rl_gpu.nn.layers import MLP, Tanh
+from rl_gpu.runtime.checkpoint import atomic_write_bytes
 
-PROG = "rl-gpu export"
 FORMATS = ("onnx", "torchscript")
 SUFFIXES = {".onnx": "onnx", ".pt": "torchscript", ".pth": "torchscript", ".ts": "torchscript"}
 LOWEST_FLOAT32 = float(torch.finfo(torch.float32).min)
-"""Masked logits get the lowest finite float32, as :func:`rl_gpu.distributions.mask_logits` does."""
+"""Masked logits get the lowest finite float32, as :func:`rl_gpu.nn.distributions.mask_logits` does."""
 
 
 def _with_exact_tanh(module: nn.Module) -> nn.Module:
-    """Replace the CPU training form of tanh (:class:`rl_gpu.policy.Tanh`, a custom autograd function that
+    """Replace the CPU training form of tanh (:class:`rl_gpu.nn.layers.Tanh`, a custom autograd function that
     TorchScript and ONNX cannot trace) by ``nn.Tanh`` (the two agree to 2e-7), and each
-    :class:`rl_gpu.policy.MLP` by the plain ``nn.Sequential`` of the same layers, which TorchScript can script."""
-    from rl_gpu.policy import MLP, Tanh
-
+    :class:`rl_gpu.nn.layers.MLP` by the plain ``nn.Sequential`` of the same layers, which TorchScript can
+    script."""
     if isinstance(module, Tanh):
         return nn.Tanh()
     if isinstance(module, MLP):
@@ -66,13 +61,14 @@ class ExportError(ValueError):
 class DeterministicPolicy(nn.Module):
     """``obs [N, O]`` (and an optional ``action_mask [N, A]``) -> deterministic action, self-contained.
 
-    Built from copies of an :class:`~rl_gpu.policy.ActorCritic` or :class:`~rl_gpu.policy.GaussianActorCritic`
-    on the CPU in float32; the policy given is neither moved nor modified.
+    Built from copies of an :class:`~rl_gpu.nn.actor_critic.ActorCritic` or
+    :class:`~rl_gpu.nn.actor_critic.GaussianActorCritic` on the CPU in float32; the policy given is neither
+    moved nor modified.
     """
 
     def __init__(self, policy: nn.Module) -> None:
         super().__init__()
-        if not hasattr(policy, "actor") or not hasattr(policy, "is_continuous"):
+        if not isinstance(policy, (ActorCritic, GaussianActorCritic)):
             raise ExportError(
                 f"cannot export a {type(policy).__name__}: expected an rl_gpu actor-critic policy"
             )
@@ -82,7 +78,7 @@ class DeterministicPolicy(nn.Module):
         self.obs_dim = int(policy.obs_dim)
         self.num_actions = int(policy.num_actions) if self.discrete else 0
         self.action_dim = 0 if self.discrete else int(policy.action_dim)
-        rms = getattr(policy, "obs_rms", None)
+        rms = policy.obs_rms
         self.normalize = rms is not None and float(rms.count) > 0
         if self.normalize:
             mean = rms.mean.detach().cpu()
@@ -199,8 +195,6 @@ def to_torchscript_bytes(policy: nn.Module, metadata: dict | None = None) -> byt
 
 def export_policy(policy: nn.Module, output: Path, fmt: str, metadata: dict | None = None) -> Path:
     """Write ``policy``'s deployable model to ``output`` atomically, as ``fmt`` (onnx or torchscript)."""
-    from rl_gpu.checkpoint import atomic_write_bytes
-
     if fmt == "onnx":
         data = to_onnx_bytes(policy, metadata)
     elif fmt == "torchscript":
@@ -209,55 +203,3 @@ def export_policy(policy: nn.Module, output: Path, fmt: str, metadata: dict | No
         raise ExportError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     atomic_write_bytes(Path(output), data)
     return Path(output)
-
-
-@dataclass(frozen=True)
-class ExportConfig:
-    """Export a checkpoint's policy as a deployable model: observations -> deterministic action."""
-
-    checkpoint: tyro.conf.Positional[Path]
-    """checkpoint file written by `rl-gpu train` (best.pt or last.pt)"""
-    output: Path
-    """file to write"""
-    format: Literal["onnx", "torchscript"] | None = None
-    """model format (default: from the output's suffix, .onnx or .pt/.pth/.ts)"""
-
-    def resolved_format(self) -> str:
-        if self.format is not None:
-            return self.format
-        fmt = SUFFIXES.get(self.output.suffix.lower())
-        if fmt is None:
-            raise ValueError(
-                f"cannot tell the format from {self.output.name!r}: pass --format onnx or torchscript"
-            )
-        return fmt
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse flags and export; exit 2 with a one-line error for a bad checkpoint or missing packages."""
-    from rl_gpu.checkpoint import CheckpointError
-    from rl_gpu.evaluate import load_policy
-
-    config = parse(ExportConfig, PROG, argv, description=ExportConfig.__doc__)
-    try:
-        fmt = config.resolved_format()
-        policy, payload = load_policy(config.checkpoint, torch.device("cpu"))
-        metadata = {"env_id": payload.get("env_id"), "update": payload.get("update"),
-                    "global_step": payload.get("global_step"), "checkpoint": str(config.checkpoint)}
-        export_policy(policy, config.output, fmt, metadata)
-    except (CheckpointError, ExportError, ValueError, OSError) as e:
-        fail(PROG, str(e))
-    model = DeterministicPolicy(policy)
-    inputs = f"obs [N, {model.obs_dim}] float32"
-    if model.discrete:
-        inputs += f", action_mask [N, {model.num_actions}] bool (optional)"
-        output = "action [N] int64"
-    else:
-        output = f"action [N, {model.action_dim}] float32"
-    print(f"wrote {config.output} ({fmt}): {inputs} -> {output}"
-          f"{'; observation normalisation included' if model.normalize else ''}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

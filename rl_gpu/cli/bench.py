@@ -5,8 +5,9 @@ environment row; padding slots after an episodic game ends are not counted, and 
 reset-only steps):
 
 - ``env``: environment steps alone (random actions drawn once up front, auto-reset included);
-- ``collect``: a rollout of T steps: policy inference, environment step, storage (:meth:`PPO.collect`);
-- ``train``: one PPO iteration: collect + GAE + the full update (:meth:`PPO.iterate`).
+- ``collect``: a rollout of T steps: policy inference, environment step, storage (``PPO.collect``);
+- ``train``: one iteration of the algorithm exactly as the runner calls it (``Algorithm.iterate``: collect + GAE +
+  the full update).
 
 Every timed region is bracketed by a device synchronisation. The first two calls of every cell are reported
 apart (the first pays compilation, the second CUDA-graph capture) and are not in the medians; the figure is the
@@ -30,8 +31,13 @@ from typing import Literal
 
 import torch
 
-from rl_gpu.cli import fail, parse
-from rl_gpu.rollout import EnvStepper
+from rl_gpu.algos.base import Setup
+from rl_gpu.algos.ppo import PPO, PPOConfig
+from rl_gpu.cli.parsing import fail, parse
+from rl_gpu.collect.stepper import EnvStepper
+from rl_gpu.core.device import synchronize
+from rl_gpu.data.rollout import empty_rollout
+from rl_gpu.envs.registry import make
 
 PROG = "rl-gpu bench"
 MEASURES = ("env", "collect", "train")
@@ -83,11 +89,6 @@ class BenchConfig:
             raise ValueError("--measure needs at least one of env, collect, train")
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def timed(fn: Callable[[], object], device: torch.device) -> float:
     """Wall seconds of ``fn()``, with the device synchronised before and after."""
     synchronize(device)
@@ -117,8 +118,6 @@ def _run_calls(fn: Callable[[], object], device: torch.device, repeats: int) -> 
 
 
 def bench_env(cfg: BenchConfig, device: torch.device, n: int, mode: str) -> dict:
-    from rl_gpu.envs.registry import make
-
     env = make(cfg.env, num_envs=n, device=device, seed=cfg.seed, validate_actions=False)
     g = torch.Generator(device=device).manual_seed(cfg.seed + 1)
     actions = random_actions(env, CHUNK, g)
@@ -156,50 +155,47 @@ def random_actions(env, k: int, generator: torch.Generator) -> torch.Tensor:
 
 
 def _algo(cfg: BenchConfig, device: torch.device, n: int, mode: str):
-    from rl_gpu.envs.registry import make
-    from rl_gpu.optimization import PPO, PPOConfig
-    from rl_gpu.policy import policy_for_env
-    from rl_gpu.rollout import episode_horizon
-
     env = make(cfg.env, num_envs=n, device=device, seed=cfg.seed, validate_actions=False)
-    episodic = env.num_players > 1
-    steps = cfg.num_steps or (episode_horizon(env) if episodic else 16)
+    steps = cfg.num_steps or (PPO.default_num_steps(env) if PPO.episodic(env) else 16)
     torch.manual_seed(cfg.seed)
-    policy = policy_for_env(env).to(device)
     slots = steps * n
     minibatches = max(1, slots // cfg.minibatch_size)
     while slots % minibatches:
         minibatches += 1
-    algo = PPO(policy, PPOConfig(num_minibatches=minibatches, update_epochs=4), 1e-3, cfg.seed, compile=mode)
-    opponent_rng = torch.Generator(device=device).manual_seed(cfg.seed + 2)
-    return env, algo, steps, episodic, opponent_rng
+    # Built exactly as the runner builds its algorithm, and timed through the same iterate().
+    setup = Setup(env=env, seed=cfg.seed, learning_rate=1e-3, num_steps=steps, compile=mode)
+    algo = PPO.from_setup(setup, PPOConfig(num_minibatches=minibatches, update_epochs=4))
+    return env, algo, steps
 
 
 def bench_rollouts(cfg: BenchConfig, device: torch.device, n: int, mode: str, measure: str) -> dict:
-    env, algo, steps, episodic, opponent_rng = _algo(cfg, device, n, mode)
-    live = torch.zeros((), dtype=torch.long, device=device)
+    env, algo, steps = _algo(cfg, device, n, mode)
+    live = torch.zeros((), device=device)
     calls = 0
     storage: list[int] = []
 
     def call() -> None:
         nonlocal live, calls
         if measure == "collect":
-            rollout = algo.collect(env, steps, episodic=episodic, opponent_rng=opponent_rng)
+            rollout = algo.collect()
+            transitions = rollout.transitions()
+            if not storage:
+                storage.append(rollout.storage_bytes())
         else:
-            rollout, _ = algo.iterate(env, steps, episodic=episodic, opponent_rng=opponent_rng)
+            transitions = algo.iterate()["transitions"]
         # Summed on the device and read once after the timing: no host read inside timed calls.
-        live = live + rollout.transitions()
+        live = live + transitions
         calls += 1
-        if not storage:
-            storage.append(rollout.storage_bytes())
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     first, second, times = _run_calls(call, device, cfg.repeats)
     transitions = float(live) / calls
+    episodic = PPO.episodic(env)
+    rollout_bytes = storage[0] if storage else empty_rollout(env.spec, steps, n, device).storage_bytes()
     extra = {"num_steps": steps, "episodic": episodic, "num_minibatches": algo.config.num_minibatches,
-             "update_epochs": algo.config.update_epochs, "rollout_bytes": storage[0],
-             "rollout_bytes_per_env": storage[0] / n,
+             "update_epochs": algo.config.update_epochs, "rollout_bytes": rollout_bytes,
+             "rollout_bytes_per_env": rollout_bytes / n,
              "noise_bytes_per_env": _noise_bytes(algo, env, steps, episodic) / n,
              "peak_host_bytes": peak_host_bytes()}
     if device.type == "cuda":
@@ -208,7 +204,7 @@ def bench_rollouts(cfg: BenchConfig, device: torch.device, n: int, mode: str, me
 
 
 def _noise_bytes(algo, env, steps: int, episodic: bool) -> int:
-    from rl_gpu.rollout import noise_bytes
+    from rl_gpu.collect.engine import noise_bytes
 
     engine = algo.engine(env, steps, episodic)
     state = (env.generator.get_state(), algo.policy_rng.get_state())
@@ -260,10 +256,7 @@ def bench_gymnasium(cfg: BenchConfig, n: int) -> dict:
 
 
 def env_has_masks(env_id: str) -> bool:
-    from rl_gpu.envs.base import TensorEnv
-    from rl_gpu.envs.registry import env_class
-
-    return env_class(env_id)._legal_actions is not TensorEnv._legal_actions
+    return make(env_id, num_envs=1).spec.has_action_mask
 
 
 def format_table(cells: list[dict]) -> str:
@@ -291,7 +284,8 @@ def ratios(cells: list[dict]) -> list[dict]:
 
 def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
     """Run the benchmark described by ``cfg``; returns (and writes to ``cfg.output``) the JSON document."""
-    from rl_gpu.trainer import resolve_device, run_environment
+    from rl_gpu.core.device import resolve_device
+    from rl_gpu.runtime.hardware import run_environment
 
     torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
@@ -345,7 +339,7 @@ def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from rl_gpu.envs.registry import registered_ids
-    from rl_gpu.trainer import UsageError
+    from rl_gpu.core.errors import UsageError
 
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse(BenchConfig, PROG, args, description=BenchConfig.__doc__)

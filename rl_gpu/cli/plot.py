@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 import tyro
 
-from rl_gpu.cli import fail, parse
+from rl_gpu.cli.parsing import fail, parse
 
 PROG = "rl-gpu plot"
 SEED_DIR = re.compile(r"seed-\d+")

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv
 
-from rl_gpu.gym_vector import _Bridge
+from rl_gpu.core.types import VecEnv
+from rl_gpu.interop.bridge import HostBridge
 
 
 class SB3VecEnv(VecEnv):
@@ -26,7 +27,7 @@ class SB3VecEnv(VecEnv):
     """
 
     def __init__(self, env: Any) -> None:
-        self._bridge = _Bridge(env)
+        self._bridge = HostBridge(env)
         self.env = env
         super().__init__(int(env.num_envs), self._bridge.observation_space, self._bridge.action_space)
         self._actions: np.ndarray | None = None
@@ -56,9 +57,7 @@ class SB3VecEnv(VecEnv):
         return host["obs"], host["reward"].astype(np.float32), done, infos
 
     def close(self) -> None:
-        close = getattr(self.env, "close", None)
-        if close is not None:
-            close()
+        self.env.close()
 
     def get_attr(self, attr_name: str, indices: Any = None) -> list[Any]:
         if attr_name == "render_mode":
@@ -79,3 +78,8 @@ class SB3VecEnv(VecEnv):
 
     def get_images(self) -> Sequence[np.ndarray | None]:
         return [None] * self.num_envs
+
+
+def to_sb3(env: VecEnv) -> SB3VecEnv:
+    """Expose a single-player rl_gpu environment as a Stable-Baselines3 ``VecEnv`` (see :class:`SB3VecEnv`)."""
+    return SB3VecEnv(env)

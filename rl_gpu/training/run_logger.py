@@ -142,12 +142,11 @@ class RunLogger:
 
     Per update a trainer calls, in this order::
 
-        with logger.phase("collect"): rollout = collect(...)
-        with logger.phase("update"):  metrics = algo.update(rollout)
+        metrics = algo.iterate(phase=logger.phase)      # times "collect" and "update" (or "iterate")
         logger.log_validation(update, global_step, {"score": ..., ...})   # only on validation updates
         logger.log_update(update, global_step, {"episode_return": ..., "loss": ..., ...})
 
-    :class:`rl_gpu.trainer.Trainer` defers the last two: it keeps each update's metrics on the device with its
+    :class:`rl_gpu.training.runner.Trainer` defers the last two: it keeps each update's metrics on the device with its
     phases (:meth:`take_phases`) and, once per log interval, reads them all back at once and calls
     ``log_update(..., phases=)`` for each update in turn.
 

@@ -16,12 +16,11 @@ Modes:
   (T rollout steps, GAE, every minibatch's forward, backward, gradient clipping and Adam step with
   ``capturable=True``, the observation normaliser) into a single CUDA graph that is replayed each iteration. Only
   the random draws into static buffers and the learning-rate ``fill_`` run outside it.
-- ``auto``: ``cudagraphs`` on CUDA; on CPU :data:`CPU_AUTO` (chosen by measurement, see benchmarks/README.md).
+- ``auto``: ``cudagraphs`` on CUDA; on CPU :data:`CPU_AUTO`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import types
 from collections.abc import Callable
@@ -29,14 +28,14 @@ from typing import Any, Literal, TypeVar
 
 import torch
 
+from rl_gpu.core.pytree import clone_tree, copy_tree_
+
 CompileMode = Literal["auto", "off", "inductor", "cudagraphs"]
 MODES: tuple[str, ...] = ("auto", "off", "inductor", "cudagraphs")
 
 CPU_AUTO = "off"
-"""What ``auto`` means on CPU, chosen by measurement on a 2-core CPU with one thread (benchmarks/README.md):
-compiling a training loop costs about 12 s cold and buys 1.4-1.9x in steady state, which repays the compile
-after about 80 iterations at N=4096, T=16; CartPole is solved in about 1 s of eager training.
-``--compile inductor`` is the choice for long CPU runs."""
+"""What ``auto`` means on CPU: a cold compile costs more than the short runs CPU training is used for repay
+(the measurement is in benchmarks/README.md); ``--compile inductor`` is the choice for long CPU runs."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -120,35 +119,6 @@ class CUDAGraphRunner:
             self.graph = graph
         self.graph.replay()
         return self.output
-
-
-def _parts(tree: Any) -> list:
-    if dataclasses.is_dataclass(tree):
-        return [getattr(tree, f.name) for f in dataclasses.fields(tree)]
-    return list(tree)
-
-
-def copy_tree_(dst: Any, src: Any) -> None:
-    """``dst.copy_(src)`` for every tensor of two equally nested tuples, NamedTuples or dataclasses."""
-    if isinstance(dst, torch.Tensor):
-        dst.copy_(src)
-        return
-    if dst is None:
-        return
-    for d, s in zip(_parts(dst), _parts(src)):
-        copy_tree_(d, s)
-
-
-def clone_tree(tree: Any) -> Any:
-    """A copy of a nest of tuples, NamedTuples or dataclasses of tensors, with fresh storage for each tensor."""
-    if isinstance(tree, torch.Tensor):
-        return tree.clone()
-    if tree is None or isinstance(tree, (int, float, bool, str)):
-        return tree
-    parts = [clone_tree(x) for x in _parts(tree)]
-    if dataclasses.is_dataclass(tree):
-        return type(tree)(**{f.name: x for f, x in zip(dataclasses.fields(tree), parts)})
-    return type(tree)(*parts) if hasattr(tree, "_fields") else type(tree)(parts)
 
 
 class GraphedFunction:

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch
 
-from rl_gpu.envs.base import TensorEnv
-from rl_gpu.rollout import Actor, collect, episode_horizon
-
-
-def derive_seed(seed: int, purpose: str) -> int:
-    """A 62-bit seed for one named random stream of a run.
-
-    Training environments, validation, final evaluation and the ``evaluate`` command each get their own
-    stream, so their games are disjoint in distribution: no evaluation reuses a training seed.
-    """
-    digest = hashlib.blake2b(f"{int(seed)}/{purpose}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 2
+from rl_gpu.collect.reference import collect, episode_horizon
+from rl_gpu.core.seeding import derive_seed
+from rl_gpu.core.types import Actor, VecEnv
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
@@ -103,7 +93,7 @@ class EvalResult:
 @torch.inference_mode()
 def evaluate_policy(
     policy: Actor,
-    make_env: Callable[[int, int], TensorEnv],
+    make_env: Callable[[int, int], VecEnv],
     episodes: int,
     seed: int,
     *,

@@ -15,7 +15,10 @@ from typing import Any
 import torch
 
 FORMAT = "rl_gpu.checkpoint"
-VERSION = 1
+VERSION = 2
+"""Written by this version. 2: the training state holds the environments' ``state_dict`` and the algorithm owns
+its opponent stream; a version-1 file still gives its policy to ``evaluate`` and ``export``."""
+READABLE_VERSIONS = (1, 2)
 
 
 class CheckpointError(ValueError):
@@ -87,6 +90,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{path}: not a readable checkpoint (truncated or corrupt: {first[:160]})")
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not an rl_gpu checkpoint (no '{FORMAT}' marker)")
-    if payload.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint format version {payload.get('version')!r}, expected {VERSION}")
+    if payload.get("version") not in READABLE_VERSIONS:
+        raise CheckpointError(f"{path}: checkpoint format version {payload.get('version')!r}; this rl_gpu reads "
+                              f"versions {', '.join(map(str, READABLE_VERSIONS))}")
     return payload

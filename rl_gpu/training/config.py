@@ -1,5 +1,5 @@
-"""Typed training configuration. Field docstrings become ``--help``; per-environment defaults live in
-:data:`PRESETS`, the one place that says how each built-in environment is trained."""
+"""Typed training configuration: field docstrings become ``--help``. Per-environment defaults are in
+:mod:`rl_gpu.cli.presets`."""
 
 from __future__ import annotations
 
@@ -8,17 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from rl_gpu.optimization import PPOConfig
+from rl_gpu.algos.ppo.config import PPOConfig
 
 DEFAULT_ENV = "RussianRoulette-v0"
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Train a policy with PPO: one run per seed, validated, with the best checkpoint kept and re-evaluated."""
+    """Train a policy: one run per seed, validated, with the best checkpoint kept and re-evaluated."""
 
     env: str = DEFAULT_ENV
     """environment id; an unknown id is refused with the list of known ones"""
+    algo: Literal["ppo"] = "ppo"
+    """algorithm; its hyper-parameters are the flags of its own section (PPO: --gamma, --clip-coef, ...)"""
     output: Path = Path("artifacts/run")
     """output directory; each seed writes OUTPUT/seed-N/"""
     seeds: tuple[int, ...] = (11,)
@@ -59,11 +61,11 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto: CUDA when available, else CPU"""
     threads: int = 1
-    """torch intra-op CPU threads (1 was never much slower on 2-core machines and avoided 10-100x stalls)"""
+    """torch intra-op CPU threads (1: on small machines more threads stalled whenever another core was busy)"""
     compile: Literal["auto", "off", "inductor", "cudagraphs"] = "auto"
     """hot loop: off = eager; inductor = torch.compile the rollout step, GAE and minibatch loss (first update
-    pays the compile time); cudagraphs = inductor + each rollout and each update replayed as one CUDA graph
-    (CUDA only); auto = cudagraphs on CUDA, off on CPU (measured: benchmarks/README.md)"""
+    pays the compile time); cudagraphs = inductor + each whole iteration (rollout and update) replayed as one
+    CUDA graph (CUDA only); auto = cudagraphs on CUDA, off on CPU (why: benchmarks/README.md)"""
     overwrite: bool = False
     """replace an existing run directory instead of refusing"""
     config: Path | None = None
@@ -103,19 +105,9 @@ class TrainConfig:
         if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"--hidden-sizes must be positive widths, got {list(self.hidden_sizes)}")
 
-    def batch_size(self, num_steps: int) -> int:
-        """Slots per rollout, T * N."""
-        return num_steps * self.num_envs
-
-    def minibatch_size(self, num_steps: int) -> int:
-        """Slots per minibatch; raises if T * N is not divisible by ``num_minibatches``."""
-        batch = self.batch_size(num_steps)
-        if batch % self.ppo.num_minibatches:
-            raise ValueError(
-                f"num_envs * num_steps = {self.num_envs} * {num_steps} = {batch} is not divisible by "
-                f"--num-minibatches {self.ppo.num_minibatches}"
-            )
-        return batch // self.ppo.num_minibatches
+    def algo_config(self):
+        """The hyper-parameters of the chosen algorithm (the section named by ``algo``)."""
+        return getattr(self, self.algo)
 
     def to_dict(self) -> dict:
         """Plain JSON-able values (paths as strings)."""
@@ -128,75 +120,6 @@ class TrainConfig:
                 return {k: plain(x) for k, x in dataclasses.asdict(v).items()}
             return v
         return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
-
-
-_CLASSIC = {
-    "num_steps": 128,
-    "learning_rate": 1e-3,
-    "anneal_lr": True,
-    "min_updates": 1,
-    "eval_every": 5,
-    "eval_episodes": 64,
-    "final_eval_episodes": 1000,
-    "consecutive_passes": 2,
-    "deterministic_eval": True,
-}
-
-PRESETS: dict[str, dict] = {
-    "RussianRoulette-v0": {
-        "num_envs": 4096,
-        "learning_rate": 1e-3,
-        "min_updates": 150,
-        "max_updates": 1000,
-        "eval_every": 25,
-        # Games last at most 10 actions, so future rewards need no discount.
-        "ppo": {"gamma": 1.0, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 4, "ent_coef": 0.01},
-    },
-    "CartPole-v1": {
-        **_CLASSIC, "num_envs": 64, "max_updates": 200, "solve_threshold": 475.0,
-        "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 16, "ent_coef": 0.01},
-    },
-    "Acrobot-v1": {
-        **_CLASSIC, "num_envs": 64, "max_updates": 300, "solve_threshold": -100.0,
-        "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 16, "ent_coef": 0.01},
-    },
-    "Pendulum-v1": {
-        # Pendulum's rewards reach -16 per step and its value scale is large: scaled rewards and normalised
-        # observations, a short horizon (gamma 0.9) and 10 epochs, as RL-Zoo's tuned PPO does.
-        **_CLASSIC, "num_envs": 64, "num_steps": 256, "max_updates": 200, "eval_every": 10,
-        "solve_threshold": -200.0, "normalize_obs": True,
-        "ppo": {"gamma": 0.9, "gae_lambda": 0.95, "update_epochs": 10, "num_minibatches": 16, "ent_coef": 0.0,
-                "reward_scale": 0.1},
-    },
-    "MountainCar-v0": {
-        **_CLASSIC, "num_envs": 128, "max_updates": 300, "eval_every": 10, "solve_threshold": -110.0,
-        "normalize_obs": True,
-        "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 16, "ent_coef": 0.01},
-    },
-    "MountainCarContinuous-v0": {
-        **_CLASSIC, "num_envs": 64, "num_steps": 256, "max_updates": 200, "eval_every": 10,
-        "solve_threshold": 90.0, "normalize_obs": True,
-        "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 10, "num_minibatches": 16, "ent_coef": 0.0,
-                "reward_scale": 0.1},
-    },
-}
-"""Per-environment defaults over :class:`TrainConfig`'s; command-line flags override them."""
-
-GYMNASIUM_DEFAULTS: dict = {**_CLASSIC, "num_envs": 16}
-"""Defaults for a ``gym:`` id without a preset: a single-player task whose sub-environments step in Python on
-the host, so a small batch (the global defaults are the roulette game's 4096 rows and 24,576 final episodes)."""
-
-
-def preset_config(env_id: str) -> TrainConfig:
-    """The default configuration for ``env_id`` (the global defaults for an id without a preset).
-
-    ``gym:X`` takes ``X``'s preset when there is one: the same task, stepped by Gymnasium on the host; other
-    ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`.
-    """
-    fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else {}
-    preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), fallback)))
-    ppo = PPOConfig(**preset.pop("ppo", {}))
-    return TrainConfig(env=env_id, ppo=ppo, **preset)
 
 
 RESUMABLE_CHANGES = frozenset(

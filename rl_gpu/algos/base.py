@@ -1,0 +1,132 @@
+"""The :class:`Algorithm` protocol: everything the training loop, evaluation, export, the benchmark and
+checkpoints need from an algorithm, and nothing more.
+
+An algorithm is built bound to its environments (:class:`Setup`), owns its networks, optimisers, storage and
+compiled units, and does one whole iteration per :meth:`Algorithm.iterate` call (collect, then learn), so a
+single CUDA graph can cover both and the runner runs exactly the path ``rl-gpu bench`` times.
+
+How the next algorithms plug in, without touching the runner:
+
+- SAC / TD3: ``iterate`` steps the environments ``num_steps`` times into an on-device replay ring buffer and runs
+  ``updates_per_iteration`` gradient steps on sampled batches (twin Q by ``torch.func`` over stacked critics);
+  ``policy`` is the deterministic / tanh-squashed actor, which is what evaluation and export act with;
+  ``metric_names`` adds ``q_loss``, ``actor_loss``, ``alpha``.
+- MAPPO: the environment's spec carries ``num_agents`` and a ``critic`` observation group; ``iterate`` collects
+  ``[T, N, agents]`` and trains a centralised critic on the critic group while ``policy`` (the per-agent actor)
+  is evaluated and exported.
+- A population: one algorithm object whose parameters carry a leading ``[K]`` axis (``torch.func.stack_module_state``
+  + ``vmap``), whose ``iterate`` reports ``[K]``-shaped metrics under names ``loss/k`` and whose ``policy``
+  selects member ``k`` for evaluation; a league of opponents is a goal's baseline (:mod:`rl_gpu.train.goals`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from rl_gpu.core.types import VecEnv
+from rl_gpu.data.rollout import Rollout
+
+COLLECTION_METRICS = ("episodes", "episode_return", "episode_length", "win_rate", "transitions")
+"""Statistics of the episodes an iteration collected: episodes that ended, their mean (learner) return and
+length, the learner's share of positive returns, and environment transitions actually taken."""
+
+
+PhaseTimer = Callable[[str], AbstractContextManager]
+"""``phase(name)``: a context manager that times one phase of an iteration (``collect``, ``update``, ...)."""
+
+
+def no_phase(name: str) -> AbstractContextManager:
+    """A :data:`PhaseTimer` that times nothing."""
+    return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every algorithm is built from, besides its own hyper-parameters."""
+
+    env: VecEnv
+    """The training environments (the algorithm steps them)."""
+    seed: int
+    """Seeds the algorithm's own random streams (sampling, shuffling, opponents)."""
+    learning_rate: float = 1e-3
+    """Initial learning rate."""
+    anneal_lr: bool = False
+    """Decay the learning rate linearly to 0 over training (see :meth:`Algorithm.set_progress`)."""
+    num_steps: int | None = None
+    """Environment steps per iteration (None: the algorithm's default for the environment)."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the networks."""
+    normalize_obs: bool = False
+    """Normalise observations by running statistics kept in the policy (and so in its exports)."""
+    init_log_std: float = 0.0
+    """Continuous actions: initial log standard deviation of a Gaussian policy."""
+    compile: str = "off"
+    """``off``, ``inductor`` or ``cudagraphs`` (already resolved for the device)."""
+
+
+class ExportablePolicy(Protocol):
+    """The policy an algorithm hands to evaluation and export: it acts, and it can be rebuilt from its
+    ``config()`` and ``state_dict()`` alone."""
+
+    is_continuous: bool
+
+    def act(self, obs: Tensor, action_mask: Tensor | None = None, generator: torch.Generator | None = None,
+            deterministic: bool = False, noise: Tensor | None = None) -> Any: ...
+
+    def config(self) -> dict: ...
+
+    def state_dict(self) -> dict: ...
+
+
+class Algorithm(Protocol):
+    """What the runner talks to."""
+
+    metric_names: tuple[str, ...]
+    """Names of the 0-dim tensors :meth:`iterate` returns (always including :data:`COLLECTION_METRICS` and
+    ``learning_rate``)."""
+    num_steps: int
+    """Environment steps per iteration."""
+
+    @property
+    def policy(self) -> nn.Module:
+        """The acting policy (:class:`ExportablePolicy`): evaluated, checkpointed as ``policy`` and exported."""
+
+    def iterate(self, *, phase: PhaseTimer = no_phase) -> dict[str, Tensor]:
+        """One iteration: collect from the bound environments, then learn. Returns ``metric_names`` -> 0-dim
+        tensors on the device, without synchronising with the host. ``phase(name)`` wraps each phase the
+        algorithm can tell apart, for the progress view's time split."""
+
+    def initial_policy(self) -> nn.Module:
+        """A frozen copy of the policy as it is now (the baseline validations compare against; also the
+        template best.pt's weights are loaded into)."""
+
+    def set_progress(self, fraction: float) -> None:
+        """Training progress in [0, 1] (updates or steps done over the budget), for schedules such as the
+        learning rate's. Called before each iteration."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next iteration depends on (networks, optimisers, random streams, normalisers), as
+        tensors and plain values."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def collection_metrics(rollout: Rollout) -> dict[str, Tensor]:
+    """:data:`COLLECTION_METRICS` of one rollout, as 0-dim tensors (no host synchronisation)."""
+    ended = rollout.done
+    count = ended.sum()
+    denom = count.clamp(min=1).float()
+    return {
+        "episodes": count.float(),
+        "episode_return": torch.where(ended, rollout.episode_return, 0.0).sum() / denom,
+        "episode_length": torch.where(ended, rollout.episode_length, 0).sum().float() / denom,
+        "win_rate": (ended & (rollout.episode_return > 0)).sum().float() / denom,
+        "transitions": rollout.live.sum().float(),
+    }

@@ -1,0 +1,103 @@
+"""Optimiser pieces every algorithm shares: Adam with a device-held learning rate, multi-tensor gradient
+clipping, an optimiser step that can be undone on the device, and a state load that keeps the tensors compiled
+code and CUDA graphs already read."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rl_gpu.runtime.distributed import all_reduce_grads_
+
+
+def make_adam(params, learning_rate: Tensor, device: torch.device) -> torch.optim.Adam:
+    """PPO's Adam (eps 1e-5) with the learning rate as a device tensor (updated in place, never re-traced):
+    ``capturable`` on CUDA (its step counters live on the device, so it can be captured in a CUDA graph and
+    never reads back to the host), fused on CPU (4x faster than the per-tensor loop for small networks)."""
+    if device.type == "cuda":
+        return torch.optim.Adam(params, lr=learning_rate, eps=1e-5, capturable=True, foreach=True)
+    if device.type == "cpu":
+        return torch.optim.Adam(params, lr=learning_rate, eps=1e-5, fused=True)
+    return torch.optim.Adam(params, lr=float(learning_rate), eps=1e-5)
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer, device: torch.device) -> list[Tensor]:
+    """Every parameter and optimiser-state tensor on ``device`` (what one optimiser step may change)."""
+    out = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            out.append(p.data)
+            out.extend(v for v in optimizer.state.get(p, {}).values()
+                       if isinstance(v, Tensor) and v.device == device)
+    return out
+
+
+def clip_grad_norm(grads: list[Tensor], max_norm: float) -> Tensor:
+    """``nn.utils.clip_grad_norm_`` (L2, scale by ``max_norm / (norm + 1e-6)`` when that is below 1) in four
+    multi-tensor operations: torch's version loops over the tensors on CPU (48 vs 28 us for a 64-64 actor-critic)."""
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm
+
+
+def clip_global_grad_norm(params: list[Tensor], max_norm: float) -> Tensor:
+    """Average the gradients over every rank (a no-op in a single process), then clip them by their global
+    norm; returns the norm before clipping. Averaging first makes every rank clip the same global gradient."""
+    grads = [p.grad for p in params if p.grad is not None]
+    all_reduce_grads_(grads)
+    return clip_grad_norm(grads, max_norm)
+
+
+def undoable_step(optimizer: torch.optim.Optimizer, params: list[Tensor], keep: Tensor | None) -> None:
+    """``optimizer.step()``, undone on the device where ``keep`` (0-dim bool) is False: parameters and every
+    optimiser-state tensor on ``keep``'s device are restored. No host synchronisation."""
+    # Before the optimiser's first step it has no state to restore, and that step is never undone.
+    if keep is None or any(not optimizer.state.get(p) for p in params):
+        optimizer.step()
+        return
+    # A CPU-held step counter of a non-capturable optimiser on CUDA cannot be restored without a host read;
+    # it is left counting (only Adam's bias correction sees it). make_adam's optimiser is capturable there.
+    tensors = optimizer_tensors(optimizer, keep.device)
+    saved = [t.clone() for t in tensors]
+    optimizer.step()
+    for t, old in zip(tensors, saved):
+        t.copy_(torch.where(keep, t, old))
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Write ``lr`` into every group (in place into a device tensor: no re-tracing, no host synchronisation)."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, lr: Tensor) -> None:
+    """Load ``state`` into ``optimizer`` keeping its flags, its learning-rate tensor ``lr`` and (where it already
+    had state) its state tensors, with the saved values copied in: compiled units and captured CUDA graphs read
+    those very tensors."""
+    flags = [{k: g[k] for k in ("foreach", "fused", "capturable") if k in g} for g in optimizer.param_groups]
+    held = {p: dict(s) for p, s in optimizer.state.items()}
+    optimizer.load_state_dict(state)
+    for group, own in zip(optimizer.param_groups, flags):
+        saved_lr = group["lr"]
+        group.update(own)
+        group["lr"] = lr
+        if isinstance(saved_lr, Tensor):
+            lr.copy_(saved_lr)
+        else:
+            lr.fill_(saved_lr)
+        on_device = group.get("capturable") or group.get("fused")
+        for p in group["params"]:
+            loaded = optimizer.state.get(p, {})
+            for name, value in list(loaded.items()):
+                if not isinstance(value, Tensor):
+                    continue
+                if name == "step":
+                    value = value.to(device=p.device if on_device else "cpu", dtype=torch.float32)
+                old = held.get(p, {}).get(name)
+                if isinstance(old, Tensor) and old.shape == value.shape and old.device == value.device:
+                    old.copy_(value)
+                    value = old
+                loaded[name] = value

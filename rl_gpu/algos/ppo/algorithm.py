@@ -1,0 +1,258 @@
+"""PPO as an :class:`~rl_gpu.algos.base.Algorithm`: it owns the policy, the optimiser, the random streams, the
+rollout engine and storage, and the compiled units and CUDA graphs of its hot loop."""
+
+from __future__ import annotations
+
+import copy
+from functools import partial
+
+import torch
+from torch import Tensor, nn
+
+from rl_gpu.algos.base import COLLECTION_METRICS, PhaseTimer, Setup, collection_metrics, no_phase
+from rl_gpu.algos.optim import load_optimizer_state, make_adam, set_learning_rate
+from rl_gpu.algos.ppo.config import PPOConfig
+from rl_gpu.algos.ppo.update import (
+    UpdateMetrics,
+    UpdateUnits,
+    check_minibatches,
+    draw_permutations,
+    run_update,
+)
+from rl_gpu.collect.engine import RolloutEngine, RolloutNoise
+from rl_gpu.collect.reference import collect
+from rl_gpu.core.seeding import derive_seed
+from rl_gpu.core.types import VecEnv
+from rl_gpu.data.rollout import Rollout
+from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.runtime.compile import GraphedFunction, resolve_compile
+
+UPDATE_METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
+                  "explained_variance", "grad_norm")
+
+DEFAULT_NUM_STEPS = 128
+"""T for continuing tasks when the setup gives none (turn-based games default to their longest game)."""
+
+
+class PPO:
+    """Clipped PPO with GAE on ``[T, N]`` rollouts.
+
+    Built by hand (``PPO(policy, config, learning_rate, seed)``) it collects and updates on any environment given
+    to :meth:`collect` / :meth:`update` / :meth:`iterate`; built by :meth:`from_setup` (what the runner does) it is
+    bound to one environment and :meth:`iterate` takes no arguments.
+
+    Args:
+        policy: an actor-critic with ``act``, ``evaluate``, ``value`` (:mod:`rl_gpu.nn.actor_critic`).
+        config: PPO hyper-parameters.
+        learning_rate: Adam's initial learning rate (held in a device tensor, see :meth:`set_learning_rate`).
+        seed: seeds the policy's sampling, the minibatch shuffling and the opponent's moves.
+        compile: how :meth:`collect`, :meth:`update` and :meth:`iterate` run (:mod:`rl_gpu.runtime.compile`):
+            ``off``, ``inductor``, ``cudagraphs`` (:meth:`collect` and :meth:`update` replay one CUDA graph each,
+            :meth:`iterate` one for both) or ``auto``.
+        env: the environments :meth:`iterate` collects from when called without arguments.
+        num_steps: T for the bound environments (default: the longest game for turn-based games, else 128).
+        anneal_lr: :meth:`set_progress` decays the learning rate linearly to 0.
+    """
+
+    def __init__(self, policy: nn.Module, config: PPOConfig, learning_rate: float, seed: int,
+                 compile: str = "off", *, env: VecEnv | None = None, num_steps: int | None = None,
+                 anneal_lr: bool = False) -> None:
+        self._policy = policy
+        self.config = config
+        self.initial_learning_rate = float(learning_rate)
+        self.anneal_lr = anneal_lr
+        device = next(policy.parameters()).device
+        self.device = device
+        self.compile = resolve_compile(compile, device)
+        self.lr = torch.tensor(float(learning_rate), device=device)
+        self.optimizer = make_adam(policy.parameters(), self.lr, device)
+        self.policy_rng = torch.Generator(device=device).manual_seed(seed)
+        self.shuffle_rng = torch.Generator(device=device).manual_seed(seed + 1)
+        self.opponent_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, "opponent"))
+        self.units = UpdateUnits(policy, self.optimizer, config, self.compile)
+        # Keyed by the environment object itself (not id()): a cached engine, graph or storage can never be
+        # reused for another environment that happens to get the same address.
+        self._engines: dict[tuple, RolloutEngine] = {}
+        self._graphs: dict[tuple, GraphedFunction] = {}
+        self._storage: dict[tuple, Rollout] = {}
+        self.env = env
+        self.num_steps = 0
+        if env is not None:
+            self.num_steps = self.default_num_steps(env) if num_steps is None else num_steps
+            self.check_setup(env, self.num_steps)
+        self.metric_names = (*UPDATE_METRICS, "learning_rate", *COLLECTION_METRICS)
+
+    @classmethod
+    def from_setup(cls, setup: Setup, config: PPOConfig) -> "PPO":
+        """The runner's constructor: an actor-critic sized for ``setup.env``, bound to it."""
+        env = setup.env
+        policy = policy_for_env(env.spec, setup.hidden_sizes, setup.normalize_obs, setup.init_log_std)
+        policy = policy.to(env.device)
+        return cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
+                   env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr)
+
+    @staticmethod
+    def episodic(env: VecEnv) -> bool:
+        """Turn-based games are collected as whole games from fresh starts; other tasks continue across
+        rollouts."""
+        return env.spec.num_players > 1
+
+    @classmethod
+    def default_num_steps(cls, env: VecEnv) -> int:
+        horizon = env.spec.episode_horizon
+        return int(horizon) if cls.episodic(env) and horizon is not None else DEFAULT_NUM_STEPS
+
+    def check_setup(self, env: VecEnv, num_steps: int) -> None:
+        """Raise ``ValueError`` if ``num_steps`` cannot work on ``env`` with this configuration."""
+        horizon = env.spec.episode_horizon
+        if self.episodic(env):
+            if horizon is None:
+                raise ValueError(f"{type(env).__name__} has several players but no bounded game length")
+            if num_steps < horizon:
+                raise ValueError(f"--num-steps {num_steps} is shorter than the longest game ({horizon} steps): "
+                                 "games would be cut")
+        batch = num_steps * env.num_envs
+        if batch % self.config.num_minibatches:
+            raise ValueError(f"num_envs * num_steps = {env.num_envs} * {num_steps} = {batch} is not divisible "
+                             f"by --num-minibatches {self.config.num_minibatches}")
+
+    @property
+    def policy(self) -> nn.Module:
+        return self._policy
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Write ``lr`` into the device tensor Adam reads (no re-tracing, no host synchronisation)."""
+        set_learning_rate(self.optimizer, lr)
+
+    def set_progress(self, fraction: float) -> None:
+        """With ``anneal_lr``, the learning rate is ``initial * (1 - fraction)``."""
+        if self.anneal_lr:
+            self.set_learning_rate(self.initial_learning_rate * (1.0 - fraction))
+
+    def _graphed(self) -> bool:
+        return self.compile == "cudagraphs"
+
+    def engine(self, env: VecEnv, num_steps: int, episodic: bool = False) -> RolloutEngine:
+        """The :class:`~rl_gpu.collect.engine.RolloutEngine` (in this object's compile mode) for ``env``."""
+        key = (env, num_steps, episodic)
+        engine = self._engines.get(key)
+        if engine is None:
+            engine = self._engines[key] = RolloutEngine(self._policy, env, num_steps, episodic=episodic,
+                                                        compile=self.compile)
+        return engine
+
+    def _permutations(self, num_slots: int) -> Tensor:
+        return draw_permutations(num_slots, self.config.update_epochs, self.shuffle_rng, self.device)
+
+    def _update_body(self, rollout: Rollout, permutations: Tensor, weighted: bool = True) -> UpdateMetrics:
+        metrics = run_update(self.units, rollout, permutations, weighted)
+        self._policy.update_normalizer(rollout.obs, rollout.live.float())
+        return metrics
+
+    def _graph(self, key: tuple, fn) -> GraphedFunction:
+        graph = self._graphs.get(key)
+        if graph is None:
+            graph = self._graphs[key] = GraphedFunction(fn)
+        return graph
+
+    def _bound(self, env: VecEnv | None, num_steps: int | None, episodic: bool | None,
+               opponent_rng: torch.Generator | None) -> tuple[VecEnv, int, bool, torch.Generator]:
+        env = env if env is not None else self.env
+        if env is None:
+            raise ValueError("no environment: give one, or build the algorithm with env=")
+        if num_steps is None:
+            num_steps = self.num_steps if env is self.env else self.default_num_steps(env)
+        episodic = self.episodic(env) if episodic is None else episodic
+        return env, num_steps, episodic, opponent_rng if opponent_rng is not None else self.opponent_rng
+
+    def collect(self, env: VecEnv | None = None, num_steps: int | None = None, *, episodic: bool | None = None,
+                opponent_rng: torch.Generator | None = None) -> Rollout:
+        """One ``[num_steps, N]`` rollout with the policy (same streams and results as
+        :func:`~rl_gpu.collect.reference.collect`); defaults: the bound environment and its settings.
+
+        A functional environment runs through the rollout engine into storage this object reuses: **the returned
+        rollout is overwritten by the next call for the same environment** (in ``cudagraphs`` mode it is a CUDA
+        graph's output); ``rollout.clone()`` keeps a copy. A host-stepped environment (``spec.functional`` False)
+        goes through :func:`~rl_gpu.collect.reference.collect` and returns fresh tensors."""
+        env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
+        if not env.spec.functional:
+            return collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic,
+                           opponent_rng=opponent_rng)
+        engine = self.engine(env, num_steps, episodic)
+        noise = engine.draw(self.policy_rng, opponent_rng)
+        if self._graphed():
+            rollout, state = self._graph(("collect", env, num_steps, episodic), engine.run)(noise, env.state)
+        else:
+            key = (env, num_steps, episodic)
+            if key not in self._storage:
+                self._storage[key] = engine.empty_rollout()
+            rollout, state = engine.run(noise, out=self._storage[key])
+        env.state = state
+        rollout.all_weights_one = not episodic and env.spec.num_players == 1
+        return rollout
+
+    def update(self, rollout: Rollout) -> UpdateMetrics:
+        """One PPO update on ``rollout``, then the rollout's observations join the normaliser statistics.
+        No host synchronisation; in ``cudagraphs`` mode one CUDA graph (the rollout is copied into its input)."""
+        weighted = not rollout.all_weights_one
+        check_minibatches(rollout.reward.numel(), self.config)
+        permutations = self._permutations(rollout.reward.numel())
+        if self._graphed():
+            shape = (rollout.reward.shape, rollout.obs.shape, rollout.action.shape, rollout.action_mask.shape)
+            body = partial(self._update_body, weighted=weighted)
+            return self._graph(("update", shape, weighted), body)(rollout, permutations)
+        return self._update_body(rollout, permutations, weighted)
+
+    def iterate(self, env: VecEnv | None = None, num_steps: int | None = None, *, episodic: bool | None = None,
+                opponent_rng: torch.Generator | None = None, phase: PhaseTimer = no_phase) -> dict[str, Tensor]:
+        """:meth:`collect` then :meth:`update` (defaults: the bound environment): the whole hot loop. In
+        ``cudagraphs`` mode the whole iteration (rollout, GAE, update, normaliser) is one CUDA graph; every random
+        number is drawn before it into the graph's static input buffers. Returns :attr:`metric_names` -> 0-dim
+        tensors on the device. ``phase(name)`` times the ``collect`` and ``update`` phases (one ``iterate`` phase
+        when a CUDA graph runs both)."""
+        env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
+        # Single-player continuing rollouts have every weight 1 by construction: the update skips them.
+        weighted = episodic or env.spec.num_players > 1
+        if not self._graphed() or not env.spec.functional:
+            with phase("collect"):
+                rollout = self.collect(env, num_steps, episodic=episodic, opponent_rng=opponent_rng)
+            with phase("update"):
+                metrics = self.update(rollout)
+        else:
+            engine = self.engine(env, num_steps, episodic)
+            check_minibatches(num_steps * env.num_envs, self.config)
+            noise = engine.draw(self.policy_rng, opponent_rng)
+            permutations = self._permutations(num_steps * env.num_envs)
+
+            def body(noise: RolloutNoise, permutations: Tensor, state) -> tuple[Rollout, UpdateMetrics, object]:
+                rollout, final_state = engine.run(noise, state)
+                return rollout, self._update_body(rollout, permutations, weighted), final_state
+
+            key = ("iterate", env, num_steps, episodic)
+            with phase("iterate"):
+                rollout, metrics, state = self._graph(key, body)(noise, permutations, env.state)
+            env.state = state
+        out = {name: getattr(metrics, name) for name in UPDATE_METRICS}
+        out["learning_rate"] = self.lr.clone()
+        out.update(collection_metrics(rollout))
+        return out
+
+    def state_dict(self) -> dict:
+        return {
+            "policy": self._policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "policy_rng": self.policy_rng.get_state(),
+            "shuffle_rng": self.shuffle_rng.get_state(),
+            "opponent_rng": self.opponent_rng.get_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self._policy.load_state_dict(state["policy"])
+        load_optimizer_state(self.optimizer, state["optimizer"], self.lr)
+        self.policy_rng.set_state(state["policy_rng"].cpu())
+        self.shuffle_rng.set_state(state["shuffle_rng"].cpu())
+        self.opponent_rng.set_state(state["opponent_rng"].cpu())
+
+    def initial_policy(self) -> nn.Module:
+        """A frozen copy of the policy as it is now (the baseline a run's validations compare against)."""
+        return copy.deepcopy(self._policy).eval()

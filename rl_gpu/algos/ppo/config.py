@@ -1,0 +1,55 @@
+"""PPO's hyper-parameters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO hyper-parameters (CleanRL's names)."""
+
+    gamma: float = 0.99
+    """discount factor per learner decision"""
+    gae_lambda: float = 0.95
+    """lambda of generalised advantage estimation"""
+    update_epochs: int = 4
+    """passes over the rollout per update"""
+    num_minibatches: int = 4
+    """minibatches per epoch (slots of the flattened [T * N] rollout, shuffled every epoch)"""
+    clip_coef: float = 0.2
+    """PPO's ratio clipping range"""
+    clip_vloss: bool = True
+    """clip the value loss around the collected values (as in PPO's reference implementation)"""
+    norm_adv: bool = True
+    """normalise advantages per minibatch, with mean and std over learner decisions only"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    reward_scale: float = 1.0
+    """multiply rewards by this before computing advantages (returns in the logs stay unscaled)"""
+    target_kl: float | None = None
+    """stop the update's remaining epochs once the approximate KL exceeds this (checked once per epoch, on the
+    device)"""
+
+    def __post_init__(self) -> None:
+        checks = {
+            "gamma": 0.0 <= self.gamma <= 1.0,
+            "gae_lambda": 0.0 <= self.gae_lambda <= 1.0,
+            "update_epochs": self.update_epochs >= 1,
+            "num_minibatches": self.num_minibatches >= 1,
+            "clip_coef": self.clip_coef > 0,
+            "ent_coef": self.ent_coef >= 0,
+            "vf_coef": self.vf_coef >= 0,
+            "max_grad_norm": self.max_grad_norm > 0,
+            "reward_scale": self.reward_scale > 0,
+            "target_kl": self.target_kl is None or self.target_kl > 0,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
+            raise ValueError(f"invalid PPO hyper-parameters: {values} (gamma and gae_lambda in [0, 1], "
+                             "epochs/minibatches >= 1, clip_coef/max_grad_norm/target_kl > 0, coefficients >= 0)")

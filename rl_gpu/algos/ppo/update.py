@@ -1,0 +1,192 @@
+"""One PPO update on a ``[T, N]`` rollout: GAE, then epochs of shuffled minibatches, with no host
+synchronisation.
+
+Shape legend: T = steps, N = environments, B = T * N flattened slots, M = minibatch slots, E = epochs.
+
+Minibatch permutations are drawn on the device, metrics stay 0-dim tensors, and ``target_kl`` early stopping is
+a device-side flag: once an epoch ends with an approximate KL (averaged over ranks) above ``target_kl``, every
+later minibatch of the update still runs (static work, no host read) but its optimiser step is undone on the
+device (parameters and Adam's moments and step count restored) and its metrics are left out, which is exactly
+the result of stopping there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import partial
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from rl_gpu.algos.optim import clip_global_grad_norm, undoable_step
+from rl_gpu.algos.ppo.config import PPOConfig
+from rl_gpu.algos.ppo.loss import LOSS_STATS, explained_variance, ppo_loss
+from rl_gpu.data.advantages import compute_gae
+from rl_gpu.data.rollout import Rollout
+from rl_gpu.runtime.compile import compile_unit
+from rl_gpu.runtime.distributed import all_reduce_mean
+
+
+@dataclass
+class UpdateMetrics:
+    """0-dim tensors averaged over the update's minibatches; read them on the host once per log interval."""
+
+    loss: Tensor
+    policy_loss: Tensor
+    value_loss: Tensor
+    entropy: Tensor
+    approx_kl: Tensor
+    clip_fraction: Tensor
+    explained_variance: Tensor
+    grad_norm: Tensor
+
+    def as_floats(self) -> dict[str, float]:
+        """Every metric as a Python float (one host synchronisation for all of them)."""
+        names = [f.name for f in fields(self)]
+        values = torch.stack([getattr(self, n).detach().float() for n in names]).cpu().tolist()
+        return dict(zip(names, values))
+
+
+MINIBATCH_ROW = ("loss", *LOSS_STATS, "grad_norm")
+"""What each minibatch adds to the update's totals, in order."""
+
+
+class FlatBatch(NamedTuple):
+    """A rollout flattened to ``[B, ...]`` slots with its advantages: what minibatches are gathered from."""
+
+    obs: Tensor
+    action: Tensor
+    action_mask: Tensor | None
+    log_prob: Tensor
+    value: Tensor
+    advantage: Tensor
+    returns: Tensor
+    weight: Tensor | None
+
+
+def _gae_unit(gamma: float, gae_lambda: float, reward_scale: float, batch: Rollout,
+              weighted: bool = True) -> tuple[Tensor, Tensor]:
+    return compute_gae(
+        batch.reward * reward_scale, batch.value, batch.terminated, batch.truncated, batch.final_value,
+        batch.bootstrap_value, gamma, gae_lambda, batch.weight if weighted else None,
+    )
+
+
+def _loss_unit(policy: nn.Module, config: PPOConfig, flat: FlatBatch, idx: Tensor) -> tuple[Tensor, Tensor]:
+    """``(loss, stats [len(LOSS_STATS)])`` of the minibatch ``idx`` (``[M]`` int64 slot indices) of ``flat``."""
+    mb = {k: (v[idx] if v is not None else None) for k, v in flat._asdict().items()}
+    loss, stats = ppo_loss(policy, mb, config)
+    # Detached: metrics summed over the update must not keep each minibatch's autograd graph alive.
+    return loss, torch.stack([stats[k].detach() for k in LOSS_STATS])
+
+
+class UpdateUnits:
+    """The pieces of one PPO update, eager or compiled (:func:`rl_gpu.runtime.compile.compile_unit`).
+
+    - ``gae(batch) -> (advantage, returns)``, ``[T, N]`` each;
+    - ``loss(flat, idx) -> (loss, stats [len(LOSS_STATS)])``, the minibatch forward (its backward is compiled
+      with it);
+    - ``step(keep) -> grad_norm``: gradient averaging over ranks, clipping and the optimiser step; with ``keep``
+      (0-dim bool) False the step is undone on the device. The optimiser step itself is not compiled (fused Adam
+      on CPU; ``capturable`` Adam on CUDA, captured in the CUDA graph with the rest).
+    """
+
+    def __init__(self, policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOConfig,
+                 mode: str = "off") -> None:
+        self.policy = policy
+        self.optimizer = optimizer
+        self.config = config
+        self.mode = mode
+        self.gae = compile_unit(partial(_gae_unit, config.gamma, config.gae_lambda, config.reward_scale), mode)
+        self.loss = compile_unit(partial(_loss_unit, policy, config), mode)
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+
+    def step(self, keep: Tensor | None) -> Tensor:
+        grad_norm = clip_global_grad_norm(self.params, self.config.max_grad_norm)
+        undoable_step(self.optimizer, self.params, keep)
+        return grad_norm
+
+
+def flatten_batch(
+    batch: Rollout, advantage: Tensor, returns: Tensor, continuous: bool, weighted: bool = True
+) -> FlatBatch:
+    """The ``[T, N, ...]`` rollout as ``[B, ...]`` slots (no copies: views). ``weighted=False`` drops the weights
+    of a rollout whose every slot is a learner decision (single-player, continuing), so means are plain means."""
+    return FlatBatch(
+        obs=batch.obs.flatten(0, 1),
+        action=batch.action.flatten(0, 1),
+        action_mask=None if continuous else batch.action_mask.flatten(0, 1),
+        log_prob=batch.log_prob.flatten(0, 1),
+        value=batch.value.flatten(0, 1),
+        advantage=advantage.flatten(0, 1),
+        returns=returns.flatten(0, 1),
+        weight=batch.weight.flatten(0, 1) if weighted else None,
+    )
+
+
+def draw_permutations(size: int, epochs: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """``[E, B]`` int64: one random permutation of the slots per epoch, drawn on ``device``."""
+    return torch.stack([torch.randperm(size, generator=generator, device=device) for _ in range(epochs)])
+
+
+def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighted: bool = True) -> UpdateMetrics:
+    """One PPO update on ``batch`` with the given ``[E, B]`` minibatch permutations; no host synchronisation.
+
+    ``weighted=False`` is for rollouts whose weights are all 1 (single-player continuing collection): the same
+    result with fewer operations (plain means, and a GAE recursion of two operations per step instead of 16).
+    """
+    config, policy, optimizer = units.config, units.policy, units.optimizer
+    advantage, returns = units.gae(batch, weighted)
+    flat = flatten_batch(batch, advantage, returns, policy.is_continuous, weighted)
+    size = flat.returns.shape[0]
+    mb_size = size // config.num_minibatches
+    device = flat.returns.device
+    keep = torch.ones((), dtype=torch.bool, device=device) if config.target_kl is not None else None
+    totals = torch.zeros(len(MINIBATCH_ROW), device=device)
+    count = torch.zeros((), device=device)
+    kl_index = LOSS_STATS.index("approx_kl")
+    for epoch in range(config.update_epochs):
+        for start in range(0, size, mb_size):
+            loss, stats = units.loss(flat, permutations[epoch, start:start + mb_size])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = units.step(keep)
+            row = torch.cat([loss.detach()[None], stats, grad_norm.detach().float()[None]])
+            applied = keep.float() if keep is not None else 1.0
+            totals = totals + applied * row
+            count = count + applied
+        if keep is not None:
+            # ``not (kl > target)`` rather than ``kl <= target``: a NaN KL keeps going, as a host check would.
+            keep = keep & ~(all_reduce_mean(stats[kl_index]) > config.target_kl)
+    means = totals / count
+    ev = explained_variance(flat.value, flat.returns, flat.weight)
+    return UpdateMetrics(explained_variance=ev, **{k: means[i] for i, k in enumerate(MINIBATCH_ROW)})
+
+
+def check_minibatches(num_slots: int, config: PPOConfig) -> None:
+    """Raise ``ValueError`` unless ``num_slots`` (T * N) split into ``num_minibatches`` equal minibatches."""
+    if num_slots % config.num_minibatches:
+        raise ValueError(
+            f"the rollout's {num_slots} slots (T * N) are not divisible by "
+            f"num_minibatches={config.num_minibatches}"
+        )
+
+
+def update_policy(
+    policy: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: Rollout,
+    config: PPOConfig | None = None,
+    generator: torch.Generator | None = None,
+) -> UpdateMetrics:
+    """One PPO update (``update_epochs`` passes of ``num_minibatches`` shuffled minibatches) on ``batch``.
+
+    Advantages come from :func:`rl_gpu.data.advantages.compute_gae` with the values stored at collection time.
+    ``generator`` (on the batch's device) drives the minibatch shuffling. Returns metrics as 0-dim tensors
+    without synchronising with the host (``target_kl`` included).
+    """
+    config = config if config is not None else PPOConfig()
+    check_minibatches(batch.reward.numel(), config)
+    permutations = draw_permutations(batch.reward.numel(), config.update_epochs, generator, batch.reward.device)
+    return run_update(UpdateUnits(policy, optimizer, config), batch, permutations)

@@ -1,0 +1,77 @@
+"""Per-environment training defaults: the one place that says how each built-in environment is trained.
+Command-line flags override them."""
+
+from __future__ import annotations
+
+from rl_gpu.algos.ppo.config import PPOConfig
+from rl_gpu.training.config import DEFAULT_ENV, TrainConfig
+
+__all__ = ["DEFAULT_ENV", "GYMNASIUM_DEFAULTS", "PRESETS", "preset_config"]
+
+_CLASSIC = {
+    "num_steps": 128,
+    "learning_rate": 1e-3,
+    "anneal_lr": True,
+    "min_updates": 1,
+    "eval_every": 5,
+    "eval_episodes": 64,
+    "final_eval_episodes": 1000,
+    "consecutive_passes": 2,
+    "deterministic_eval": True,
+}
+
+PRESETS: dict[str, dict] = {
+    "RussianRoulette-v0": {
+        "num_envs": 4096,
+        "learning_rate": 1e-3,
+        "min_updates": 150,
+        "max_updates": 1000,
+        "eval_every": 25,
+        # Games last at most 10 actions, so future rewards need no discount.
+        "ppo": {"gamma": 1.0, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 4, "ent_coef": 0.01},
+    },
+    "CartPole-v1": {
+        **_CLASSIC, "num_envs": 64, "max_updates": 200, "solve_threshold": 475.0,
+        "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 16, "ent_coef": 0.01},
+    },
+    "Acrobot-v1": {
+        **_CLASSIC, "num_envs": 64, "max_updates": 300, "solve_threshold": -100.0,
+        "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 16, "ent_coef": 0.01},
+    },
+    "Pendulum-v1": {
+        # Pendulum's rewards reach -16 per step and its value scale is large: scaled rewards and normalised
+        # observations, a short horizon (gamma 0.9) and 10 epochs, as RL-Zoo's tuned PPO does.
+        **_CLASSIC, "num_envs": 64, "num_steps": 256, "max_updates": 200, "eval_every": 10,
+        "solve_threshold": -200.0, "normalize_obs": True,
+        "ppo": {"gamma": 0.9, "gae_lambda": 0.95, "update_epochs": 10, "num_minibatches": 16, "ent_coef": 0.0,
+                "reward_scale": 0.1},
+    },
+    "MountainCar-v0": {
+        **_CLASSIC, "num_envs": 128, "max_updates": 300, "eval_every": 10, "solve_threshold": -110.0,
+        "normalize_obs": True,
+        "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 16, "ent_coef": 0.01},
+    },
+    "MountainCarContinuous-v0": {
+        **_CLASSIC, "num_envs": 64, "num_steps": 256, "max_updates": 200, "eval_every": 10,
+        "solve_threshold": 90.0, "normalize_obs": True,
+        "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 10, "num_minibatches": 16, "ent_coef": 0.0,
+                "reward_scale": 0.1},
+    },
+}
+"""Per-environment defaults over :class:`TrainConfig`'s; command-line flags override them."""
+
+GYMNASIUM_DEFAULTS: dict = {**_CLASSIC, "num_envs": 16}
+"""Defaults for a ``gym:`` id without a preset: a single-player task whose sub-environments step in Python on
+the host, so a small batch (the global defaults are the roulette game's 4096 rows and 24,576 final episodes)."""
+
+
+def preset_config(env_id: str) -> TrainConfig:
+    """The default configuration for ``env_id`` (the global defaults for an id without a preset).
+
+    ``gym:X`` takes ``X``'s preset when there is one: the same task, stepped by Gymnasium on the host; other
+    ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`.
+    """
+    fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else {}
+    preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), fallback)))
+    ppo = PPOConfig(**preset.pop("ppo", {}))
+    return TrainConfig(env=env_id, ppo=ppo, **preset)

@@ -1,0 +1,134 @@
+"""The reference collector: any :class:`~rl_gpu.core.types.VecEnv` stepped through its ``step`` method, one
+plain Python loop, the definition every faster collector is tested equal to.
+
+Shape legend: T = steps per rollout, N = environments.
+
+Two modes:
+
+- *continuing* (single-player tasks such as CartPole): the batch keeps running across rollouts with
+  same-step auto-reset; every step is a learner decision; the last observation's value bootstraps.
+- *episodic* (``episodic=True``; turn-based games such as roulette): every row starts a fresh game, the learner
+  takes a random seat per row and a fixed opponent plays the other; ``T`` covers the longest possible game, so
+  every game finishes inside the rollout and the steps after a row's game are padding. ``weight`` is 1 exactly
+  for learner decisions in a live game, and rewards are the learner seat's.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from rl_gpu.collect.seats import seat_column
+from rl_gpu.core.types import Actor, VecEnv
+from rl_gpu.data.rollout import Rollout
+from rl_gpu.nn.actor_critic import UniformRandomPolicy
+
+
+@torch.no_grad()
+def collect(
+    policy: Actor,
+    env: VecEnv,
+    num_steps: int,
+    policy_rng: torch.Generator | None = None,
+    *,
+    episodic: bool = False,
+    opponent: Actor | None = None,
+    opponent_rng: torch.Generator | None = None,
+    learner_seat: Tensor | None = None,
+    deterministic: bool = False,
+) -> Rollout:
+    """Run ``num_steps`` batched steps of ``env`` and return them as a :class:`Rollout`.
+
+    Args:
+        policy: the learner (``act`` and, for bootstrapping, ``value``).
+        env: the batch of N environments; in continuing mode it carries on from its current state.
+        num_steps: T.
+        policy_rng: generator for the learner's sampling (on ``env.device``).
+        episodic: reset every row first and treat steps after a row's episode end as padding.
+        opponent: plays the other seats of a multi-player game (default: uniform random legal actions).
+        opponent_rng: generator for the opponent's sampling and the seat draw.
+        learner_seat: ``[N]`` seats for the learner; default: uniform at random per row (seat 0 if P = 1).
+        deterministic: the learner takes its most probable action instead of sampling.
+    """
+    if env.num_players > 1 and not episodic:
+        raise ValueError(
+            f"{type(env).__name__} has {env.num_players} players: collect complete games with episodic=True"
+        )
+    n, device = env.num_envs, env.device
+    step = env.reset() if episodic else env.observe()
+    if learner_seat is None:
+        learner_seat = torch.randint(0, env.num_players, (n,), generator=opponent_rng, device=device)
+    opponent = opponent if opponent is not None else UniformRandomPolicy()
+    live = torch.ones(n, dtype=torch.bool, device=device)
+    record: dict[str, list[Tensor]] = {k: [] for k in Rollout.__dataclass_fields__}
+    for _ in range(num_steps):
+        out = policy.act(step.obs, step.action_mask, policy_rng, deterministic)
+        action = out.action
+        learner_turn = step.current_player == learner_seat
+        if env.num_players > 1:
+            other = opponent.act(step.obs, step.action_mask, opponent_rng)
+            action = torch.where(learner_turn, action, other.action)
+        record["obs"].append(step.obs)
+        record["action_mask"].append(step.action_mask)
+        record["action"].append(action)
+        record["log_prob"].append(out.log_prob)
+        record["value"].append(out.value)
+        record["weight"].append((live & learner_turn).float())
+        record["live"].append(live)
+
+        step = env.step(action)
+        reward = seat_column(step.reward, learner_seat)
+        ep_return = seat_column(step.episode_return, learner_seat)
+        terminated, truncated = step.terminated & live, step.truncated & live
+        if env.max_episode_steps is not None:
+            final_value = torch.where(truncated, policy.value(step.final_obs), 0.0)
+        else:
+            final_value = torch.zeros_like(reward)
+        done = terminated | truncated
+        record["reward"].append(torch.where(live, reward, 0.0))
+        record["terminated"].append(terminated)
+        record["truncated"].append(truncated)
+        record["final_value"].append(final_value)
+        record["episode_return"].append(torch.where(done, ep_return, 0.0))
+        record["episode_length"].append(torch.where(done, step.episode_length, 0))
+        if episodic:
+            live = live & ~done
+
+    stacked = {k: torch.stack(v) for k, v in record.items() if v}
+    bootstrap = torch.zeros(n, device=device) if episodic else policy.value(step.obs)
+    return Rollout(**stacked, bootstrap_value=bootstrap, learner_seat=learner_seat)
+
+
+def episode_horizon(env: VecEnv) -> int:
+    """The number of steps that lets every episode of ``env`` finish from a reset."""
+    horizon = env.spec.episode_horizon
+    if horizon is None:
+        raise ValueError(f"{type(env).__name__} has no bounded episode length: give num_steps explicitly")
+    return int(horizon)
+
+
+def collect_episodes(
+    policy: Actor,
+    env: VecEnv,
+    policy_rng: torch.Generator | None = None,
+    opponent_rng: torch.Generator | None = None,
+    *,
+    opponent: Actor | None = None,
+    num_steps: int | None = None,
+    deterministic: bool = False,
+) -> Rollout:
+    """Play one complete game in every row of ``env`` (seed 000's collection) and return the ``[T, N]`` batch.
+
+    The learner's seat is drawn per row with ``opponent_rng``; the opponent (uniform random over legal actions
+    by default) plays the other seat; ``T`` defaults to the longest possible game.
+    """
+    return collect(
+        policy,
+        env,
+        num_steps if num_steps is not None else episode_horizon(env),
+        policy_rng,
+        episodic=True,
+        opponent=opponent,
+        opponent_rng=opponent_rng,
+        deterministic=deterministic,
+    )

@@ -1,0 +1,29 @@
+"""Choosing the device a run lives on."""
+
+from __future__ import annotations
+
+import torch
+
+from rl_gpu.core.errors import UsageError
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> CUDA if available else CPU; ``cuda`` without a usable GPU is a :class:`UsageError`."""
+    if name not in DEVICES:
+        raise UsageError(f"--device must be auto, cpu or cuda, got {name!r}")
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UsageError(
+            "--device cuda was requested but no CUDA device is available "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}); use --device cpu or auto"
+        )
+    return torch.device(name)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for ``device`` to finish its queued work (a no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

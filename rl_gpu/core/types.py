@@ -1,0 +1,187 @@
+"""What the layers say to each other: the result of an environment step, the description of a task
+(:class:`EnvSpec`), the environment protocols, and what a policy's decision looks like.
+
+Shape legend: N = ``num_envs``, A = ``num_actions``, P = ``num_players``, O = observation shape,
+D = continuous action dimensions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+import torch
+from torch import Tensor
+
+
+class StepResult(NamedTuple):
+    """What one ``reset`` or ``step`` returns. Every field has leading dimension N.
+
+    The flags describe the transition just taken; ``obs``, ``action_mask`` and ``current_player`` describe
+    the state the next action is chosen in (after auto-reset). Fields may share memory with the environment's
+    state (no copies on the hot path): treat them as read-only and ``clone()`` before modifying one in place.
+    """
+
+    obs: Tensor
+    """``[N, *O]`` float32: observation of the player to act next, after auto-reset."""
+    reward: Tensor
+    """``[N]`` float32 (``[N, P]`` for P > 1 players, one column per seat): reward of this transition.
+    Zero on reset and for frozen rows."""
+    terminated: Tensor
+    """``[N]`` bool: the transition reached a terminal state of the game (no bootstrap after it)."""
+    truncated: Tensor
+    """``[N]`` bool: the episode was cut by the time limit without terminating (bootstrap from
+    ``final_obs``). Never True together with ``terminated``."""
+    final_obs: Tensor
+    """``[N, *O]``: the observation reached by the transition, before any reset. Equals ``obs`` in rows
+    that did not finish."""
+    action_mask: Tensor
+    """``[N, A]`` bool: True = legal in ``obs``. At least one True per row."""
+    current_player: Tensor
+    """``[N]`` int64: the seat that acts next (always 0 for single-player environments)."""
+    episode_return: Tensor
+    """``[N]`` (``[N, P]``) float32: return of the episode that just ended; meaningful where done."""
+    episode_length: Tensor
+    """``[N]`` int64: length in steps of the episode that just ended; meaningful where done."""
+
+    @property
+    def done(self) -> Tensor:
+        """``[N]`` bool: ``terminated | truncated``."""
+        return self.terminated | self.truncated
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a batch of environments is, as everything above the environment layer sees it: networks are sized
+    from it, collectors choose their mode from it, interop builds spaces from it. No capability is read by
+    ``hasattr``: it is declared here."""
+
+    obs_shape: tuple[int, ...]
+    """Shape of one observation of the ``policy`` group."""
+    num_actions: int = 0
+    """A, discrete actions (0 for continuous-action environments)."""
+    action_shape: tuple[int, ...] = ()
+    """``()`` for discrete actions, ``(D,)`` for continuous ones."""
+    action_low: tuple[float, ...] = ()
+    """Continuous actions: per-dimension lower bound (empty: unbounded)."""
+    action_high: tuple[float, ...] = ()
+    """Continuous actions: per-dimension upper bound (empty: unbounded)."""
+    obs_low: tuple[float, ...] | None = None
+    """Flat per-element lower bound of observations, when the environment has one."""
+    obs_high: tuple[float, ...] | None = None
+    """Flat per-element upper bound of observations, when the environment has one."""
+    obs_groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Observation groups by name (``policy`` always; e.g. ``critic`` for privileged observations that only a
+    centralised critic sees). Empty means ``{"policy": obs_shape}``."""
+    num_players: int = 1
+    """P: 1 for single-agent tasks; 2 for two-player turn-based games (one seat acts per step)."""
+    num_agents: int = 1
+    """Agents acting simultaneously in one row (an agent axis for multi-agent tasks; 1 today)."""
+    max_episode_steps: int | None = None
+    """Time limit in steps (``truncated`` when reached), or None."""
+    episode_horizon: int | None = None
+    """Steps that let every episode finish from a reset (the longest game, or the time limit); None when
+    episodes are unbounded."""
+    has_action_mask: bool = False
+    """Some actions can be illegal: ``action_mask`` is meaningful and actions must respect it."""
+    functional: bool = False
+    """The environment offers the pure step of :class:`FunctionalEnv`, so collection can be compiled and
+    captured in a CUDA graph; False for host-stepped engines."""
+    exact_resume: bool = False
+    """``state_dict`` / ``load_state_dict`` restore the environments exactly (else a resume restarts them)."""
+
+    def __post_init__(self) -> None:
+        if not self.obs_groups:
+            object.__setattr__(self, "obs_groups", {"policy": tuple(self.obs_shape)})
+
+    @property
+    def is_continuous(self) -> bool:
+        return len(self.action_shape) > 0
+
+    @property
+    def obs_size(self) -> int:
+        """Elements of one flat observation."""
+        return int(math.prod(self.obs_shape))
+
+    @property
+    def action_size(self) -> int:
+        """D for continuous actions, A for discrete ones."""
+        return int(math.prod(self.action_shape)) if self.is_continuous else self.num_actions
+
+
+class VecEnv(Protocol):
+    """The environment protocol: N environments stepped together, tensors in and out on ``device``.
+
+    Implemented by :class:`rl_gpu.envs.base.TensorEnv` (pure tensor maths), by
+    :class:`rl_gpu.envs.gymnasium_env.GymnasiumEnv` (stepped by Gymnasium on the host), and by any engine that
+    holds its own state (a physics engine on CPU threads or on the GPU).
+    """
+
+    num_envs: int
+    device: torch.device
+
+    @property
+    def spec(self) -> EnvSpec: ...
+
+    def reset(self, seed: int | None = None) -> StepResult: ...
+
+    def reset_rows(self, rows: Tensor) -> StepResult:
+        """Start new episodes in the rows where ``rows`` (``[N]`` bool) is True."""
+
+    def step(self, action: Tensor) -> StepResult: ...
+
+    def observe(self) -> StepResult:
+        """The current state as a zero-reward step, without a transition."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Tensors and plain values that :meth:`load_state_dict` restores (``spec.exact_resume`` says whether
+        exactly)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FunctionalEnv(VecEnv, Protocol):
+    """A :class:`VecEnv` whose step is a pure function of tensors (``spec.functional``): what compiled and
+    CUDA-graph collection needs. Randomness is drawn outside the step (:meth:`draw_starts`)."""
+
+    state: Any
+    generator: torch.Generator
+
+    def draw_starts(self, num_envs: int) -> Any:
+        """Fresh episode starts for ``num_envs`` rows (the only randomness), as the env's inner state."""
+
+    def initial_state(self, inner: Any) -> Any:
+        """The full state of a batch starting from ``inner`` (episode counters at zero)."""
+
+    def timestep(self, state: Any) -> StepResult:
+        """A zero-reward step describing ``state`` as it is."""
+
+    def step_state(self, state: Any, action: Tensor, reset_inner: Any) -> tuple[Any, StepResult]:
+        """The pure batched step; ``reset_inner`` holds a fresh start for every row."""
+
+
+class PolicyOutput(NamedTuple):
+    """What a policy decided for one batch of observations."""
+
+    action: Tensor
+    """``[N]`` int64 (discrete) or ``[N, D]`` float32 (continuous, as sampled, before any clipping)."""
+    log_prob: Tensor
+    """``[N]`` log-probability of ``action`` under the policy that chose it."""
+    value: Tensor
+    """``[N]`` critic estimate V(obs) (zeros for a policy without a critic)."""
+
+
+class Actor(Protocol):
+    """Anything that picks actions for a batch of observations (policies and opponents)."""
+
+    is_continuous: bool
+
+    def act(
+        self, obs: Tensor, action_mask: Tensor | None = None, generator: torch.Generator | None = None,
+        deterministic: bool = False, noise: Tensor | None = None,
+    ) -> PolicyOutput: ...
+
+    def value(self, obs: Tensor) -> Tensor: ...

@@ -1,0 +1,1 @@
+"""Storage and the maths over it: rollouts, advantages."""

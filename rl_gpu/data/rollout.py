@@ -1,0 +1,118 @@
+"""Rollout storage: the ``[T, N]`` transitions an on-policy algorithm learns from.
+
+Shape legend: T = steps per rollout, N = environments, O = observation shape, A = discrete actions,
+D = continuous action dimensions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rl_gpu.core.pytree import clone_tree, tree_bytes
+from rl_gpu.core.types import EnvSpec
+
+
+@dataclass
+class Rollout:
+    """A ``[T, N]`` batch of transitions: storage only, filled by a collector (:mod:`rl_gpu.collect`) with what
+    the environment returned and what the acting policy decided (its ``log_prob`` and ``value`` outputs)."""
+
+    obs: Tensor
+    """``[T, N, *O]`` float32: observation each action was chosen in."""
+    action_mask: Tensor
+    """``[T, N, A]`` bool: legal actions in ``obs`` (``[T, N, 0]`` for continuous actions)."""
+    action: Tensor
+    """``[T, N]`` int64 (``[T, N, D]`` float32 for continuous actions): the action taken."""
+    log_prob: Tensor
+    """``[T, N]``: log-probability of ``action`` under the collecting policy (learner rows)."""
+    value: Tensor
+    """``[T, N]``: V(obs) under the collecting critic."""
+    reward: Tensor
+    """``[T, N]``: reward of the transition, from the learner's seat."""
+    terminated: Tensor
+    """``[T, N]`` bool: the transition ended the game or task (no bootstrap)."""
+    truncated: Tensor
+    """``[T, N]`` bool: the time limit cut the episode after the transition (bootstrap from ``final_value``)."""
+    final_value: Tensor
+    """``[T, N]``: V(final_obs) where ``truncated``, else 0."""
+    bootstrap_value: Tensor
+    """``[N]``: V of the observation after the last step (0 in episodic mode, where every game ended)."""
+    weight: Tensor
+    """``[T, N]`` float32: 1 for a learner decision in a live episode, 0 for opponent moves and padding."""
+    live: Tensor
+    """``[T, N]`` bool: the step is a real transition (not padding after the row's game ended)."""
+    learner_seat: Tensor
+    """``[N]`` int64: the learner's seat in each row (0 for single-player tasks)."""
+    episode_return: Tensor
+    """``[T, N]`` float32: the learner's return of the episode that ended at this step, 0 elsewhere."""
+    episode_length: Tensor
+    """``[T, N]`` int64: length of the episode that ended at this step, 0 elsewhere."""
+    all_weights_one: bool = False
+    """Every ``weight`` is 1 by construction (single-player continuing collection): an update may skip the
+    weights (plain means; the same values with fewer operations)."""
+
+    @property
+    def observations(self) -> Tensor:
+        """Alias of ``obs`` (the name used by seed 000's quickstart)."""
+        return self.obs
+
+    @property
+    def weights(self) -> Tensor:
+        """Alias of ``weight`` (the name used by seed 000's quickstart)."""
+        return self.weight
+
+    @property
+    def done(self) -> Tensor:
+        """``[T, N]`` bool: ``terminated | truncated``."""
+        return self.terminated | self.truncated
+
+    @property
+    def num_steps(self) -> int:
+        return self.reward.shape[0]
+
+    @property
+    def num_envs(self) -> int:
+        return self.reward.shape[1]
+
+    def storage_bytes(self) -> int:
+        """Bytes held by this rollout's tensors (what one rollout of storage costs)."""
+        return tree_bytes(self)
+
+    def clone(self) -> "Rollout":
+        """A copy with storage of its own (a collector that reuses its storage overwrites the original)."""
+        return clone_tree(self)
+
+    def transitions(self) -> Tensor:
+        """0-dim int64: environment transitions actually taken (padding slots are not counted)."""
+        return self.live.sum()
+
+    def episode_stats(self) -> dict[str, Tensor]:
+        """0-dim tensors over the episodes that ended in this rollout: count, mean return, mean length,
+        and the learner's win rate (share of episodes with a positive return)."""
+        ended = self.done
+        count = ended.sum()
+        denom = count.clamp(min=1).float()
+        return {
+            "episodes": count,
+            "episode_return": torch.where(ended, self.episode_return, 0.0).sum() / denom,
+            "episode_length": torch.where(ended, self.episode_length, 0).sum().float() / denom,
+            "win_rate": (ended & (self.episode_return > 0)).sum().float() / denom,
+        }
+
+
+def empty_rollout(spec: EnvSpec, num_steps: int, num_envs: int, device: torch.device) -> Rollout:
+    """Uninitialised storage for one ``[num_steps, num_envs]`` rollout of an environment described by ``spec``."""
+    t, n = num_steps, num_envs
+
+    def empty(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
+        return torch.empty(shape, dtype=dtype, device=device)
+
+    action = empty(t, n, *spec.action_shape) if spec.is_continuous else empty(t, n, dtype=torch.long)
+    flags = {k: empty(t, n, dtype=torch.bool) for k in ("live", "terminated", "truncated")}
+    floats = {k: empty(t, n) for k in ("log_prob", "value", "weight", "reward", "final_value", "episode_return")}
+    return Rollout(obs=empty(t, n, *spec.obs_shape), action_mask=empty(t, n, spec.num_actions, dtype=torch.bool),
+                   action=action, episode_length=empty(t, n, dtype=torch.long), bootstrap_value=empty(n),
+                   learner_seat=empty(n, dtype=torch.long), **flags, **floats)

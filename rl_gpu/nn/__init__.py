@@ -1,0 +1,1 @@
+"""Networks: layers, distributions, normalisers and actor-critics."""

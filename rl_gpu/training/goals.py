@@ -1,0 +1,89 @@
+"""What counts as success for a run: goal objects the runner asks, instead of branching on the kind of task.
+
+A goal scores a validation (:class:`~rl_gpu.training.evaluation.EvalResult`), says whether it passes against the
+run's baseline (the initial policy's validation), and names the training statistic shown as the run's headline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rl_gpu.core.errors import UsageError
+from rl_gpu.core.types import Actor, EnvSpec
+from rl_gpu.training.evaluation import EvalResult, improvement_z
+
+
+class Goal(Protocol):
+    headline: str
+    """Name of the training statistic shown in progress lines and logged per update."""
+    source: str
+    """The algorithm's collection metric the headline is read from (``episode_return`` or ``win_rate``)."""
+    multi_player: bool
+    """Results are described per seat, with win rates."""
+
+    def score(self, result: EvalResult) -> float:
+        """The number best.pt is chosen by (higher is better)."""
+
+    def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
+        """Whether a validation counts towards success, and a short explanation."""
+
+    def describe(self, result: EvalResult) -> str:
+        """One line for the log."""
+
+
+@dataclass(frozen=True)
+class ReturnThreshold:
+    """Single-player tasks: a validation passes when the mean episode return reaches ``threshold``."""
+
+    threshold: float
+    headline: str = "episode_return"
+    source: str = "episode_return"
+    multi_player: bool = False
+
+    def score(self, result: EvalResult) -> float:
+        return result.mean_return
+
+    def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
+        return result.mean_return >= self.threshold, f"need mean return >= {self.threshold:g}"
+
+    def describe(self, result: EvalResult) -> str:
+        return f"mean return {result.mean_return:.2f} ± {result.return_ci:.2f}"
+
+
+@dataclass(frozen=True)
+class WinRateVsBaseline:
+    """Turn-based games: a validation passes when the learner's win rate against the opponents beats the
+    baseline's (the initial policy, same protocol, same seeds) by ``success_z`` standard errors.
+
+    ``opponents`` is who the learner plays: empty means the environment's default opponent (uniform random over
+    legal moves); a league passes its members here, and the win rate is over games against all of them.
+    """
+
+    success_z: float
+    opponents: Sequence[Actor] = field(default_factory=tuple)
+    headline: str = "train_win_rate"
+    source: str = "win_rate"
+    multi_player: bool = True
+
+    def score(self, result: EvalResult) -> float:
+        return result.win_rate
+
+    def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
+        z = improvement_z(result.win_rate, result.episodes, baseline.win_rate, baseline.episodes)
+        return z >= self.success_z, f"z={z:+.1f} vs initial (need {self.success_z:+.1f})"
+
+    def describe(self, result: EvalResult) -> str:
+        return f"win rate {result.win_rate:.4f} [{result.ci_low:.4f}, {result.ci_high:.4f}]"
+
+
+def goal_for(spec: EnvSpec, env_id: str, solve_threshold: float | None, success_z: float) -> Goal:
+    """The goal of a task: a win rate against the baseline for several players, else a return threshold (which
+    a single-player task must be given)."""
+    if spec.num_players > 1:
+        return WinRateVsBaseline(success_z)
+    if solve_threshold is None:
+        raise UsageError(f"{env_id} is a single-player task: give --solve-threshold (the mean validation return "
+                         "that counts as solved)")
+    return ReturnThreshold(solve_threshold)
