@@ -19,7 +19,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 train: $(STAMP)
 	$(BIN)/python -m rl_gpu train --output artifacts/make-train --overwrite --seeds 11 --device auto
 
+# lint-imports checks the layering contracts of pyproject.toml ([tool.importlinter]) before the tests run.
 test: $(STAMP)
+	$(BIN)/lint-imports --no-cache --no-logo
 	$(BIN)/python -m pytest -q
 
 test-slow: $(STAMP)

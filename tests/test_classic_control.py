@@ -7,7 +7,7 @@ heuristic that reaches the goal, so that terminations, truncations and same-step
 Every step compares observation, reward, terminated, truncated and the float64 state; when one of our rows
 resets, its fresh state is copied into its Gymnasium twin, and every ``RESYNC_EVERY`` steps all of
 Gymnasium's states are copied into ours (chaotic dynamics amplify ulp differences). The generic contract
-checks of ``rl_gpu.envs.checks`` run on every environment too.
+checks of ``rl_gpu.envs.testing`` run on every environment too.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ import numpy as np
 import pytest
 import torch
 
-from rl_gpu.envs import gym_reference as ref
 from rl_gpu.envs import registry
 from rl_gpu.envs.acrobot import AcrobotEnv, AcrobotState
 from rl_gpu.envs.base import EnvState, TensorEnv
 from rl_gpu.envs.cartpole import CartPoleEnv
-from rl_gpu.envs.checks import check_env
 from rl_gpu.envs.mountain_car import MountainCarContinuousEnv, MountainCarEnv
 from rl_gpu.envs.pendulum import PendulumEnv
 from rl_gpu.envs.registry import env_class, make, register, registered_ids
 from rl_gpu.envs.roulette import RussianRouletteVectorized
+from rl_gpu.envs.testing import check_env
+from rl_gpu.envs.testing import gym_reference as ref
 
 CLASSES = {
     "CartPole-v1": CartPoleEnv,
@@ -141,7 +141,7 @@ def run_parity(
                 ref.copy_row_to_gym(env, i, g, env_id)
                 continue
             theirs, elapsed = ref.get_gym_state(g, env_id)
-            ours = ref.inner_row(env, i)
+            ours = ref.inner_row_scalars(env, i)
             error = max(abs(float(a) - float(b)) for a, b in zip(theirs, ours))
             assert error <= STATE_ATOL, f"state off by {error} at step {step}, row {i}: {ours} vs {theirs}"
             assert elapsed == int(env.state.episode_step[i])
@@ -201,7 +201,7 @@ def test_acrobot_extreme_states_match_gymnasium() -> None:
         assert bool(result.terminated[i]) == terminated and float(result.reward[i]) == reward
         if not terminated:
             theirs, _ = ref.get_gym_state(gym_env, "Acrobot-v1")
-            np.testing.assert_allclose(ref.inner_row(env, i), theirs, rtol=0, atol=STATE_ATOL)
+            np.testing.assert_allclose(ref.inner_row_scalars(env, i), theirs, rtol=0, atol=STATE_ATOL)
 
 
 @pytest.mark.parametrize("env_id", CLASSIC_IDS)

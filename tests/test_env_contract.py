@@ -1,4 +1,4 @@
-"""The generic checks of rl_gpu.envs.checks: they pass on correct environments and catch broken ones."""
+"""The generic checks of rl_gpu.envs.testing: they pass on correct environments and catch broken ones."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.envs import RouletteState, RussianRouletteVectorized, TensorEnv, tree_where
-from rl_gpu.envs.checks import (
+from rl_gpu.envs.testing import (
     EnvCheckError,
     ParityError,
     check_action_masks,

@@ -75,3 +75,30 @@ def test_autoreset_env_refuses_injected_finished_rows():
     before = frozen.get_state()
     frozen.step(torch.tensor([1, 1, 1]))
     assert torch.equal(frozen.state.inner.x[1], before.inner.x[1]) and frozen.state.episode_step[1] == 0
+
+
+def test_cpu_tanh_form_runs_under_vmap_and_grad_over_a_population() -> None:
+    """A population of networks trained as one (``torch.func`` over stacked parameters) goes through the CPU
+    sigmoid form of tanh and its custom backward: gradients equal each member's own."""
+    import copy
+
+    from torch.func import functional_call, grad, stack_module_state, vmap
+
+    from rl_gpu.nn.layers import mlp
+
+    torch.manual_seed(0)
+    members = [mlp(4, (64, 64), 2, out_gain=1.0) for _ in range(3)]
+    x = torch.randn(256, 4)
+    assert x.shape[0] * 64 >= Tanh.SIGMOID_FROM  # the hidden activations take the sigmoid form
+    params, buffers = stack_module_state(members)
+    template = copy.deepcopy(members[0]).to("meta")
+
+    def loss(p, b, obs):
+        return functional_call(template, (p, b), (obs,)).square().mean()
+
+    grads = vmap(grad(loss), in_dims=(0, 0, None))(params, buffers, x)
+    for k, member in enumerate(members):
+        member.zero_grad()
+        member(x).square().mean().backward()
+        for name, p in member.named_parameters():
+            torch.testing.assert_close(grads[name][k], p.grad, rtol=1e-5, atol=1e-6)

@@ -121,7 +121,8 @@ def test_whole_iteration_does_not_synchronise(env_id, episodic):
     algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
     with forbid_host_sync():
         for _ in range(2):
-            rollout, _ = algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
+            _ = algo.iterate(env, 8, episodic=episodic, opponent_rng=g)
+            rollout = algo.last_rollout
             rollout.episode_stats()
 
 

@@ -10,7 +10,7 @@ import torch
 
 from rl_gpu.envs import RouletteState, RussianRouletteVectorized
 from rl_gpu.envs import roulette as tensor_rules
-from rl_gpu.envs.checks import (
+from rl_gpu.envs.testing import (
     ParityError,
     check_autoreset,
     check_frozen_rows,

@@ -119,14 +119,6 @@ class Algorithm(Protocol):
 
 
 def collection_metrics(rollout: Rollout) -> dict[str, Tensor]:
-    """:data:`COLLECTION_METRICS` of one rollout, as 0-dim tensors (no host synchronisation)."""
-    ended = rollout.done
-    count = ended.sum()
-    denom = count.clamp(min=1).float()
-    return {
-        "episodes": count.float(),
-        "episode_return": torch.where(ended, rollout.episode_return, 0.0).sum() / denom,
-        "episode_length": torch.where(ended, rollout.episode_length, 0).sum().float() / denom,
-        "win_rate": (ended & (rollout.episode_return > 0)).sum().float() / denom,
-        "transitions": rollout.live.sum().float(),
-    }
+    """:data:`COLLECTION_METRICS` of one rollout, as 0-dim float tensors (no host synchronisation)."""
+    stats = {k: v.float() for k, v in rollout.episode_stats().items()}
+    return {**stats, "transitions": rollout.transitions().float()}

@@ -55,7 +55,7 @@ class BenchConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto: CUDA when available, else CPU"""
     threads: int = 1
-    """torch intra-op CPU threads (1 by default: on 2-core machines 2 threads stalled 10-100x under load)"""
+    """torch intra-op CPU threads (1 by default: on small machines more threads stalled whenever another core was busy)"""
     compile: tuple[Literal["off", "inductor", "cudagraphs"], ...] | None = None
     """compile modes to measure (default: off inductor on CPU, off inductor cudagraphs on CUDA)"""
     measure: tuple[Literal["env", "collect", "train"], ...] = MEASURES

@@ -12,6 +12,7 @@ import torch
 import tyro
 
 from rl_gpu.cli.parsing import fail, parse
+from rl_gpu.envs.registry import make
 from rl_gpu.interop.export import SUFFIXES, DeterministicPolicy, ExportError, export_policy
 from rl_gpu.interop.policy_io import load_policy
 from rl_gpu.runtime.checkpoint import CheckpointError
@@ -29,6 +30,9 @@ class ExportConfig:
     """file to write"""
     format: Literal["onnx", "torchscript"] | None = None
     """model format (default: from the output's suffix, .onnx or .pt/.pth/.ts)"""
+    clip_actions: bool = False
+    """continuous policies: clamp the action to the environment's bounds inside the model (the bounds of the
+    checkpoint's env_id)"""
 
     def resolved_format(self) -> str:
         if self.format is not None:
@@ -41,26 +45,52 @@ class ExportConfig:
         return fmt
 
 
+def action_bounds(policy: torch.nn.Module, env_id: object) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(low, high)`` of the actions of ``env_id``'s environment, for ``--clip-actions``; ``ValueError``
+    when the policy is discrete or the environment has no bounds."""
+    if not policy.is_continuous:
+        raise ValueError("--clip-actions applies to continuous actions; this checkpoint's policy is discrete")
+    if not isinstance(env_id, str):
+        raise ValueError("--clip-actions reads the action bounds of the checkpoint's env_id, and it has none")
+    try:
+        env = make(env_id, num_envs=1)
+    except ImportError as e:
+        raise ValueError(f"--clip-actions cannot build {env_id} to read its action bounds ({e})") from None
+    try:
+        low, high = tuple(env.spec.action_low), tuple(env.spec.action_high)
+    finally:
+        env.close()
+    if not low or not high:
+        raise ValueError(f"--clip-actions: {env_id} declares no action bounds")
+    return low, high
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags and export; exit 2 with a one-line error for a bad checkpoint or missing packages."""
     config = parse(ExportConfig, PROG, argv, description=ExportConfig.__doc__)
+    bounds: dict = {}
     try:
         fmt = config.resolved_format()
         policy, payload = load_policy(config.checkpoint, torch.device("cpu"))
+        if config.clip_actions:
+            bounds["action_low"], bounds["action_high"] = action_bounds(policy, payload.get("env_id"))
         metadata = {"env_id": payload.get("env_id"), "update": payload.get("update"),
                     "global_step": payload.get("global_step"), "checkpoint": str(config.checkpoint)}
-        export_policy(policy, config.output, fmt, metadata)
+        export_policy(policy, config.output, fmt, metadata, **bounds)
     except (CheckpointError, ExportError, ValueError, OSError) as e:
         fail(PROG, str(e))
-    model = DeterministicPolicy(policy)
+    model = DeterministicPolicy(policy, **bounds)
     inputs = f"obs [N, {model.obs_dim}] float32"
     if model.discrete:
         inputs += f", action_mask [N, {model.num_actions}] bool (optional)"
         output = "action [N] int64"
     else:
         output = f"action [N, {model.action_dim}] float32"
-    print(f"wrote {config.output} ({fmt}): {inputs} -> {output}"
-          f"{'; observation normalisation included' if model.normalize else ''}")
+    notes = ["observation normalisation included"] if model.normalize else []
+    if model.clip_actions:
+        low, high = list(bounds["action_low"]), list(bounds["action_high"])
+        notes.append(f"actions clipped to low {low}, high {high}")
+    print(f"wrote {config.output} ({fmt}): {inputs} -> {output}{''.join('; ' + n for n in notes)}")
     return 0
 
 

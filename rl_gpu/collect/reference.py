@@ -117,7 +117,7 @@ def collect_episodes(
     num_steps: int | None = None,
     deterministic: bool = False,
 ) -> Rollout:
-    """Play one complete game in every row of ``env`` (seed 000's collection) and return the ``[T, N]`` batch.
+    """Play one complete game in every row of ``env`` (the quickstart's collection) and return the ``[T, N]`` batch.
 
     The learner's seat is drawn per row with ``opponent_rng``; the opponent (uniform random over legal actions
     by default) plays the other seat; ``T`` defaults to the longest possible game.

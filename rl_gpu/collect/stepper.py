@@ -41,7 +41,7 @@ def step_chunk(env: FunctionalEnv, state: EnvState, actions: Tensor, pool: tuple
         reset = type(pool)(*(_pick_slot(x, slot) for x in pool))
         state, result = env.step_state(state, actions[i], reset)
         count = count + (result.terminated | result.truncated).long()
-    # Counted once per chunk: a reduction inside every step split Inductor's fused kernel (54 -> 74 us per step).
+    # Counted once per chunk: a reduction inside every step split Inductor's fused kernel in two.
     return state, (count - k).clamp(min=0).sum()
 
 
@@ -50,9 +50,9 @@ class EnvStepper:
     replayed) :func:`step_chunk`, drawing the fresh starts of a whole chunk in one call (``slots`` per row).
 
     Auto-reset randomness is the costly part of a cheap environment on CPU: drawing a fresh start for every row
-    at every step (what :meth:`TensorEnv.step` does, and what :class:`RolloutEngine` does to match
-    :func:`collect` exactly) costs more than CartPole's whole compiled step at N=4096. Here a chunk of 16 steps
-    draws 2 starts per row (8x fewer draws) and stays exact in distribution while no row ends more than
+    at every step (what :meth:`TensorEnv.step` does, and what the rollout engine does to match the reference
+    collector exactly) can cost more than a cheap environment's whole compiled step. Here a chunk of C steps
+    draws K starts per row (K/C of the draws) and stays exact in distribution while no row ends more than
     ``slots`` episodes in a chunk; :attr:`reused` counts the starts that were reused (read it after a run).
 
     Args:

@@ -56,12 +56,12 @@ class Rollout:
 
     @property
     def observations(self) -> Tensor:
-        """Alias of ``obs`` (the name used by seed 000's quickstart)."""
+        """Alias of ``obs`` (the name the quickstart uses)."""
         return self.obs
 
     @property
     def weights(self) -> Tensor:
-        """Alias of ``weight`` (the name used by seed 000's quickstart)."""
+        """Alias of ``weight`` (the name the quickstart uses)."""
         return self.weight
 
     @property

@@ -37,6 +37,18 @@ def _load(entry: str):
     return getattr(importlib.import_module(module_name), class_name)
 
 
+PROTOCOL_MEMBERS = ("spec", "reset", "reset_rows", "step", "observe", "state_dict", "load_state_dict", "close")
+"""What a registered class must define: the :class:`~rl_gpu.core.types.VecEnv` protocol."""
+
+
+def _check_env_class(cls: object, what: str) -> None:
+    """Refuse, at the boundary, a class that does not implement the environment protocol."""
+    missing = [m for m in PROTOCOL_MEMBERS if not isinstance(cls, type) or m not in dir(cls)]
+    if missing:
+        raise TypeError(f"{what} is not an environment class (a VecEnv such as a TensorEnv subclass): "
+                        f"missing {', '.join(missing)}")
+
+
 def register(env_id: str, cls: type | str, *, override: bool = False) -> None:
     """Register ``cls`` (an environment class built as ``cls(num_envs, device=, seed=, **kwargs)``, or
     ``"package.module:ClassName"`` imported lazily) as ``env_id``. Re-registering an id raises ``ValueError``
@@ -46,8 +58,8 @@ def register(env_id: str, cls: type | str, *, override: bool = False) -> None:
     if isinstance(cls, str):
         if cls.count(":") != 1:
             raise ValueError(f"entry point must look like 'package.module:ClassName', got {cls!r}")
-    elif not isinstance(cls, type):
-        raise TypeError(f"cls must be an environment class or an entry-point string, got {cls!r}")
+    else:
+        _check_env_class(cls, f"cls {cls!r}")
     if env_id in _registry and not override and _registry[env_id] != cls:
         raise ValueError(f"{env_id!r} is already registered to {_registry[env_id]!r}; pass override=True")
     _registry[env_id] = cls
@@ -84,8 +96,7 @@ def env_class(env_id: str) -> type:
         return cls
     if env_id not in _imported:
         imported = _load(cls)
-        if not isinstance(imported, type):
-            raise TypeError(f"{cls!r} (registered as {env_id!r}) is not a class")
+        _check_env_class(imported, f"{cls!r} (registered as {env_id!r})")
         _imported[env_id] = imported
     return _imported[env_id]
 

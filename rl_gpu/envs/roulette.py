@@ -1,4 +1,4 @@
-"""Two-player Russian roulette (seed 000 §2-§4) as N tensor games.
+"""Two-player Russian roulette as N tensor games.
 
 Rules. Six chambers, one of them (hidden, uniform) holds the live round; the chamber under the hammer starts
 at 0 and player 0 acts first. On their turn a player picks one action:
@@ -27,7 +27,6 @@ from torch import Tensor
 from rl_gpu.envs.base import TensorEnv
 
 FIRE, PEEK, SKIP = 0, 1, 2
-ACTION_NAMES = ("FIRE", "PEEK", "SKIP")
 NUM_CHAMBERS = 6
 MAX_GAME_LENGTH = NUM_CHAMBERS + 2 * 2
 """Every blank chamber fired, the live one fired, and both players' PEEK and SKIP used."""

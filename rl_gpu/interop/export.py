@@ -8,12 +8,13 @@ run it:
   initializer that broadcasts; onnxruntime lists it under ``get_overridable_initializers()``), in TorchScript
   an optional argument.
 - output: ``action``, ``[N]`` int64 (the most probable legal action) or ``[N, D]`` float32 (the Gaussian's
-  mean, unclipped, as the training environments received it; they clip to their bounds).
+  mean: unclipped, as the training environments received it (they clip to their bounds), or clamped to
+  ``[action_low, action_high]`` inside the model when bounds are given).
 
 Observation normalisation is part of the model: ``(obs - mean) * rsqrt(var + eps)`` clipped to ``±clip``, with
 the checkpoint's running statistics as constants, computed with the same float64-to-float32 casts as
 :class:`rl_gpu.nn.normalization.RunningMeanStd`, so the exported action equals ``policy.act(obs, mask,
-deterministic=True).action``.
+deterministic=True).action`` (clamped to the bounds when they are given).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import io
 import json
 import logging
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -63,10 +65,13 @@ class DeterministicPolicy(nn.Module):
 
     Built from copies of an :class:`~rl_gpu.nn.actor_critic.ActorCritic` or
     :class:`~rl_gpu.nn.actor_critic.GaussianActorCritic` on the CPU in float32; the policy given is neither
-    moved nor modified.
+    moved nor modified. ``action_low`` / ``action_high`` (``D`` values each, continuous policies only, both or
+    neither) clamp the action to the environment's bounds inside the model, so a deployment needs no clipping
+    of its own.
     """
 
-    def __init__(self, policy: nn.Module) -> None:
+    def __init__(self, policy: nn.Module, action_low: Sequence[float] | Tensor | None = None,
+                 action_high: Sequence[float] | Tensor | None = None) -> None:
         super().__init__()
         if not isinstance(policy, (ActorCritic, GaussianActorCritic)):
             raise ExportError(
@@ -89,8 +94,30 @@ class DeterministicPolicy(nn.Module):
             self.clip = 0.0
         self.register_buffer("obs_mean", mean.float().clone())
         self.register_buffer("obs_scale", scale.float().clone())
+        self.clip_actions = action_low is not None or action_high is not None
+        low, high = self._bounds(action_low, action_high)
+        self.register_buffer("action_low", low)
+        self.register_buffer("action_high", high)
         for parameter in self.parameters():
             parameter.requires_grad_(False)
+
+    def _bounds(self, low: Sequence[float] | Tensor | None,
+                high: Sequence[float] | Tensor | None) -> tuple[Tensor, Tensor]:
+        """``(low [D], high [D])`` float32 (empty when not clipping), checked against the policy."""
+        if not self.clip_actions:
+            return torch.zeros(0), torch.zeros(0)
+        if self.discrete:
+            raise ExportError("action bounds apply to continuous actions; this policy's actions are discrete")
+        if low is None or high is None:
+            raise ExportError("action clipping needs both action_low and action_high")
+        low_t = torch.as_tensor(low, dtype=torch.float32).detach().cpu().reshape(-1).clone()
+        high_t = torch.as_tensor(high, dtype=torch.float32).detach().cpu().reshape(-1).clone()
+        if low_t.numel() != self.action_dim or high_t.numel() != self.action_dim:
+            raise ExportError(f"action bounds have {low_t.numel()} and {high_t.numel()} values; the policy "
+                              f"has {self.action_dim} action dimensions")
+        if bool((low_t > high_t).any()) or bool(low_t.isnan().any() | high_t.isnan().any()):
+            raise ExportError(f"invalid action bounds: low {low_t.tolist()}, high {high_t.tolist()}")
+        return low_t, high_t
 
     def forward(self, obs: Tensor, action_mask: Tensor | None = None) -> Tensor:
         """The deterministic action for each row of ``obs``."""
@@ -99,6 +126,9 @@ class DeterministicPolicy(nn.Module):
             x = ((x - self.obs_mean) * self.obs_scale).clamp(-self.clip, self.clip)
         out = self.actor(x)
         if not self.discrete:
+            if self.clip_actions:
+                # max/min rather than clamp with tensor bounds: ONNX's Clip takes scalar bounds only.
+                out = torch.minimum(torch.maximum(out, self.action_low), self.action_high)
             return out
         if action_mask is not None:
             out = out.masked_fill(~action_mask, self.masked_logit)
@@ -110,6 +140,10 @@ class DeterministicPolicy(nn.Module):
         if self.discrete:
             info["action_mask"] = ["N", self.num_actions, "bool", "optional, default all legal"]
             info["action"] = ["N", "int64"]
+        elif self.clip_actions:
+            info["action"] = ["N", self.action_dim, "float32", "Gaussian mean, clipped to the action bounds"]
+            info["action_low"] = self.action_low.tolist()
+            info["action_high"] = self.action_high.tolist()
         else:
             info["action"] = ["N", self.action_dim, "float32", "Gaussian mean, unclipped"]
         return info
@@ -137,11 +171,14 @@ def _quiet():
         onnx_logger.setLevel(level)
 
 
-def to_onnx_bytes(policy: nn.Module, metadata: dict | None = None, dynamo: bool | None = None) -> bytes:
+def to_onnx_bytes(policy: nn.Module, metadata: dict | None = None, dynamo: bool | None = None, *,
+                  action_low: Sequence[float] | Tensor | None = None,
+                  action_high: Sequence[float] | Tensor | None = None) -> bytes:
     """The serialised ONNX model of ``policy``'s deterministic action (see the module docstring).
 
     ``dynamo`` picks torch's exporter: the ``torch.export``-based one (needs ``onnxscript``) or the legacy
-    TorchScript-based one; None uses the first when ``onnxscript`` is installed.
+    TorchScript-based one; None uses the first when ``onnxscript`` is installed. ``action_low`` /
+    ``action_high``: clamp continuous actions to these bounds (:class:`DeterministicPolicy`).
     """
     try:
         import numpy as np
@@ -149,7 +186,7 @@ def to_onnx_bytes(policy: nn.Module, metadata: dict | None = None, dynamo: bool 
         from onnx import numpy_helper
     except ImportError:
         raise ExportError("ONNX export needs onnx (pip install 'rl-gpu[export]')") from None
-    model = DeterministicPolicy(policy)
+    model = DeterministicPolicy(policy, action_low, action_high)
     example = _example(model)
     names = ["obs", "action_mask"][: len(example)]
     if dynamo is None:
@@ -181,10 +218,13 @@ def to_onnx_bytes(policy: nn.Module, metadata: dict | None = None, dynamo: bool 
     return proto.SerializeToString()
 
 
-def to_torchscript_bytes(policy: nn.Module, metadata: dict | None = None) -> bytes:
+def to_torchscript_bytes(policy: nn.Module, metadata: dict | None = None, *,
+                         action_low: Sequence[float] | Tensor | None = None,
+                         action_high: Sequence[float] | Tensor | None = None) -> bytes:
     """The serialised TorchScript module of ``policy``'s deterministic action; ``metadata`` (and the
-    input/output description) travel as the extra file ``rl_gpu.json``."""
-    model = DeterministicPolicy(policy)
+    input/output description) travel as the extra file ``rl_gpu.json``. ``action_low`` / ``action_high``:
+    clamp continuous actions to these bounds (:class:`DeterministicPolicy`)."""
+    model = DeterministicPolicy(policy, action_low, action_high)
     with _quiet():
         scripted = torch.jit.script(model)
         buffer = io.BytesIO()
@@ -193,12 +233,16 @@ def to_torchscript_bytes(policy: nn.Module, metadata: dict | None = None) -> byt
     return buffer.getvalue()
 
 
-def export_policy(policy: nn.Module, output: Path, fmt: str, metadata: dict | None = None) -> Path:
-    """Write ``policy``'s deployable model to ``output`` atomically, as ``fmt`` (onnx or torchscript)."""
+def export_policy(policy: nn.Module, output: Path, fmt: str, metadata: dict | None = None, *,
+                  action_low: Sequence[float] | Tensor | None = None,
+                  action_high: Sequence[float] | Tensor | None = None) -> Path:
+    """Write ``policy``'s deployable model to ``output`` atomically, as ``fmt`` (onnx or torchscript), with
+    continuous actions clamped to ``[action_low, action_high]`` when given."""
+    bounds = {"action_low": action_low, "action_high": action_high}
     if fmt == "onnx":
-        data = to_onnx_bytes(policy, metadata)
+        data = to_onnx_bytes(policy, metadata, **bounds)
     elif fmt == "torchscript":
-        data = to_torchscript_bytes(policy, metadata)
+        data = to_torchscript_bytes(policy, metadata, **bounds)
     else:
         raise ExportError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     atomic_write_bytes(Path(output), data)

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.vec_env.base_vec_env import VecEnv
+from stable_baselines3.common.vec_env.base_vec_env import VecEnv as SB3BaseVecEnv
 
 from rl_gpu.core.types import VecEnv
 from rl_gpu.interop.bridge import HostBridge
 
 
-class SB3VecEnv(VecEnv):
+class SB3VecEnv(SB3BaseVecEnv):
     """Stable-Baselines3 view of an rl_gpu environment (``TensorEnv`` or ``GymnasiumEnv``).
 
     ``infos[i]["episode"]`` (``r``, ``l``) is filled for finished rows, as SB3's ``Monitor`` does, so SB3's
@@ -26,7 +26,7 @@ class SB3VecEnv(VecEnv):
     ``env_method``) reach the one batched environment, not per-row copies.
     """
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: VecEnv) -> None:
         self._bridge = HostBridge(env)
         self.env = env
         super().__init__(int(env.num_envs), self._bridge.observation_space, self._bridge.action_space)

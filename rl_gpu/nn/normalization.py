@@ -32,9 +32,13 @@ class RunningMeanStd(nn.Module):
         batch_mean = (w[:, None] * x).sum(0) / n.clamp(min=1)
         batch_var = (w[:, None] * (x - batch_mean).square()).sum(0) / n.clamp(min=1)
         total = self.count + n
+        # A batch of zero weight into empty statistics would divide 0 by 0; it must leave them as they are.
+        safe_total = torch.where(total > 0, total, torch.ones_like(total))
         delta = batch_mean - self.mean
-        self.mean += delta * (n / total)
-        self.var.copy_((self.var * self.count + batch_var * n + delta.square() * self.count * n / total) / total)
+        self.mean += delta * (n / safe_total)
+        spread = delta.square() * self.count * n / safe_total
+        merged = (self.var * self.count + batch_var * n + spread) / safe_total
+        self.var.copy_(torch.where(total > 0, merged, self.var))
         self.count.copy_(total)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -42,3 +46,74 @@ class RunningMeanStd(nn.Module):
         scale = torch.rsqrt(self.var + self.epsilon).to(x.dtype)
         normalized = ((x - self.mean.to(x.dtype)) * scale).clamp(-self.clip, self.clip)
         return torch.where(self.count > 0, normalized, x)
+
+
+class RewardNormalizer(nn.Module):
+    """Rewards scaled by the running standard deviation of the discounted return (VecNormalize's reward
+    normalisation), for ``N`` environments whose rows continue from one rollout to the next.
+
+    Shape legend: T = steps of a rollout, N = environments.
+
+    For each row a running discounted return ``R`` is carried across rollouts (buffer ``ret``, ``[N]``
+    float64). For each step ``t`` of a rollout, in order::
+
+        R     <- gamma * R + r_t          (recorded as R_t)
+        R     <- 0  where done_t          (the next episode starts from 0)
+
+    Every recorded ``R_t`` whose ``weight`` is positive joins the running mean and variance of the return
+    (``return_rms``, a :class:`RunningMeanStd` of size 1: one weighted Chan merge per rollout), and then::
+
+        r'_t = clamp(r_t / sqrt(var + eps), -clip, clip)
+
+    with the variance that already includes this rollout. The mean is not subtracted: shifting rewards would
+    change which policy is optimal (a constant per-step bonus rewards long episodes); dividing by the scale of
+    the return does not.
+
+    ``gamma`` is applied once per step, opponent moves and padding included (their rewards still belong to the
+    learner's return); only the statistics skip the steps of weight 0.
+
+    Pure tensor maths with static shapes: the buffers are updated in place and nothing is read on the host, so
+    :meth:`normalize` runs under ``torch.compile`` and inside a captured CUDA graph.
+    """
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, epsilon: float = 1e-8) -> None:
+        super().__init__()
+        if num_envs <= 0:
+            raise ValueError(f"num_envs must be positive, got {num_envs}")
+        self.num_envs = num_envs
+        self.gamma = float(gamma)
+        self.clip = float(clip)
+        self.epsilon = float(epsilon)
+        self.register_buffer("ret", torch.zeros(num_envs, dtype=torch.float64))
+        self.return_rms = RunningMeanStd(1, clip=float("inf"), epsilon=epsilon)
+
+    @torch.no_grad()
+    def normalize(self, reward: Tensor, done: Tensor, weight: Tensor | None = None) -> Tensor:
+        """Advance the running returns over one ``[T, N]`` rollout, merge them into the statistics and return
+        the scaled rewards.
+
+        Args:
+            reward: ``[T, N]`` float, the rollout's rewards.
+            done: ``[T, N]`` bool, the episode ended with the transition (terminated or truncated).
+            weight: optional ``[T, N]`` float or bool; returns at steps of weight 0 stay out of the
+                statistics.
+
+        Returns:
+            ``[T, N]`` in ``reward``'s dtype: ``clamp(reward / sqrt(var + eps), -clip, clip)``.
+        """
+        if reward.shape[1] != self.num_envs:
+            raise ValueError(f"reward normaliser built for {self.num_envs} environments, got a rollout of "
+                             f"{reward.shape[1]}")
+        ret = self.ret
+        returns = []
+        for t in range(reward.shape[0]):
+            ret = ret * self.gamma + reward[t].double()
+            returns.append(ret)
+            ret = torch.where(done[t], torch.zeros_like(ret), ret)
+        self.ret.copy_(ret)
+        self.return_rms.update(torch.stack(returns)[..., None], weight)
+        scale = torch.rsqrt(self.return_rms.var + self.epsilon).to(reward.dtype)
+        return (reward * scale).clamp(-self.clip, self.clip)
+
+    def extra_repr(self) -> str:
+        return f"num_envs={self.num_envs}, gamma={self.gamma}, clip={self.clip}"

@@ -4,6 +4,7 @@ rollout engine and storage, and the compiled units and CUDA graphs of its hot lo
 from __future__ import annotations
 
 import copy
+import dataclasses
 from functools import partial
 
 import torch
@@ -25,7 +26,8 @@ from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import VecEnv
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import policy_for_env
-from rl_gpu.runtime.compile import GraphedFunction, resolve_compile
+from rl_gpu.nn.normalization import RewardNormalizer
+from rl_gpu.runtime.compile import GraphedFunction, compile_unit, resolve_compile
 
 UPDATE_METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
                   "explained_variance", "grad_norm")
@@ -70,6 +72,12 @@ class PPO:
         self.shuffle_rng = torch.Generator(device=device).manual_seed(seed + 1)
         self.opponent_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, "opponent"))
         self.units = UpdateUnits(policy, self.optimizer, config, self.compile)
+        # With config.norm_reward: one running return per environment row, so it is sized by the rollouts'
+        # N: built here when bound to an environment, else on the first update (or load_state_dict).
+        self.reward_normalizer: RewardNormalizer | None = None
+        self._normalize_reward = None
+        if config.norm_reward and env is not None:
+            self._reward_normalizer_for(env.num_envs)
         # Keyed by the environment object itself (not id()): a cached engine, graph or storage can never be
         # reused for another environment that happens to get the same address.
         self._engines: dict[tuple, RolloutEngine] = {}
@@ -81,6 +89,8 @@ class PPO:
             self.num_steps = self.default_num_steps(env) if num_steps is None else num_steps
             self.check_setup(env, self.num_steps)
         self.metric_names = (*UPDATE_METRICS, "learning_rate", *COLLECTION_METRICS)
+        self.last_rollout: Rollout | None = None
+        """The rollout the last :meth:`iterate` learned from (storage reused by the next call)."""
 
     @classmethod
     def from_setup(cls, setup: Setup, config: PPOConfig) -> "PPO":
@@ -144,7 +154,28 @@ class PPO:
     def _permutations(self, num_slots: int) -> Tensor:
         return draw_permutations(num_slots, self.config.update_epochs, self.shuffle_rng, self.device)
 
+    def _reward_normalizer_for(self, num_envs: int) -> RewardNormalizer:
+        """The reward normaliser (created on first use) for rollouts of ``num_envs`` rows."""
+        if self.reward_normalizer is None:
+            self.reward_normalizer = RewardNormalizer(num_envs, self.config.gamma,
+                                                      self.config.norm_reward_clip).to(self.device)
+            self._normalize_reward = compile_unit(self.reward_normalizer.normalize, self.compile)
+        elif self.reward_normalizer.num_envs != num_envs:
+            raise ValueError(f"norm_reward keeps a running return per environment row: this PPO normalises "
+                             f"rollouts of {self.reward_normalizer.num_envs} environments, not {num_envs}")
+        return self.reward_normalizer
+
+    def _with_normalized_reward(self, rollout: Rollout, weighted: bool) -> Rollout:
+        """``rollout`` with its rewards scaled by the reward normaliser (which advances its statistics); the
+        rollout itself is left as collected, so logged returns stay in the task's units."""
+        self._reward_normalizer_for(rollout.num_envs)
+        weight = rollout.weight if weighted else None
+        reward = self._normalize_reward(rollout.reward, rollout.done, weight)
+        return dataclasses.replace(rollout, reward=reward)
+
     def _update_body(self, rollout: Rollout, permutations: Tensor, weighted: bool = True) -> UpdateMetrics:
+        if self.config.norm_reward:
+            rollout = self._with_normalized_reward(rollout, weighted)
         metrics = run_update(self.units, rollout, permutations, weighted)
         self._policy.update_normalizer(rollout.obs, rollout.live.float())
         return metrics
@@ -232,19 +263,25 @@ class PPO:
             with phase("iterate"):
                 rollout, metrics, state = self._graph(key, body)(noise, permutations, env.state)
             env.state = state
+        self.last_rollout = rollout
         out = {name: getattr(metrics, name) for name in UPDATE_METRICS}
         out["learning_rate"] = self.lr.clone()
         out.update(collection_metrics(rollout))
         return out
 
     def state_dict(self) -> dict:
-        return {
+        """Everything the next iteration depends on; with ``norm_reward``, the reward normaliser's running
+        returns and statistics too (once it exists: an unbound PPO creates it on its first update)."""
+        state = {
             "policy": self._policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "policy_rng": self.policy_rng.get_state(),
             "shuffle_rng": self.shuffle_rng.get_state(),
             "opponent_rng": self.opponent_rng.get_state(),
         }
+        if self.reward_normalizer is not None:
+            state["reward_normalizer"] = self.reward_normalizer.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self._policy.load_state_dict(state["policy"])
@@ -252,6 +289,11 @@ class PPO:
         self.policy_rng.set_state(state["policy_rng"].cpu())
         self.shuffle_rng.set_state(state["shuffle_rng"].cpu())
         self.opponent_rng.set_state(state["opponent_rng"].cpu())
+        if self.config.norm_reward and ("reward_normalizer" in state or self.reward_normalizer is not None):
+            # A KeyError here (statistics expected, none saved) reports a checkpoint of another configuration.
+            saved = state["reward_normalizer"]
+            # copy_ into the existing buffers: a captured CUDA graph keeps reading the same memory.
+            self._reward_normalizer_for(saved["ret"].shape[0]).load_state_dict(saved)
 
     def initial_policy(self) -> nn.Module:
         """A frozen copy of the policy as it is now (the baseline a run's validations compare against)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -30,7 +31,14 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     """global gradient-norm clip"""
     reward_scale: float = 1.0
-    """multiply rewards by this before computing advantages (returns in the logs stay unscaled)"""
+    """multiply rewards by this before computing advantages (returns in the logs stay unscaled); with
+    norm_reward it multiplies the normalised rewards (applied before normalising, it would cancel out)"""
+    norm_reward: bool = False
+    """scale rewards by the running std of the discounted return (VecNormalize); statistics saved with the
+    algorithm. Only advantages and value targets see the scaled rewards: logged returns stay in the task's
+    units"""
+    norm_reward_clip: float = 10.0
+    """with norm_reward, clip the scaled rewards to [-norm_reward_clip, norm_reward_clip]"""
     target_kl: float | None = None
     """stop the update's remaining epochs once the approximate KL exceeds this (checked once per epoch, on the
     device)"""
@@ -46,10 +54,12 @@ class PPOConfig:
             "vf_coef": self.vf_coef >= 0,
             "max_grad_norm": self.max_grad_norm > 0,
             "reward_scale": self.reward_scale > 0,
+            "norm_reward_clip": math.isfinite(self.norm_reward_clip) and self.norm_reward_clip > 0,
             "target_kl": self.target_kl is None or self.target_kl > 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
             raise ValueError(f"invalid PPO hyper-parameters: {values} (gamma and gae_lambda in [0, 1], "
-                             "epochs/minibatches >= 1, clip_coef/max_grad_norm/target_kl > 0, coefficients >= 0)")
+                             "epochs/minibatches >= 1, clip_coef/max_grad_norm/target_kl > 0, "
+                             "norm_reward_clip finite and > 0, coefficients >= 0)")

@@ -184,9 +184,13 @@ def update_policy(
 
     Advantages come from :func:`rl_gpu.data.advantages.compute_gae` with the values stored at collection time.
     ``generator`` (on the batch's device) drives the minibatch shuffling. Returns metrics as 0-dim tensors
-    without synchronising with the host (``target_kl`` included).
+    without synchronising with the host (``target_kl`` included). ``config.norm_reward`` needs statistics kept
+    from one update to the next, which :class:`rl_gpu.algos.ppo.PPO` owns: here it is a ``ValueError``.
     """
     config = config if config is not None else PPOConfig()
+    if config.norm_reward:
+        raise ValueError("norm_reward keeps running statistics across updates: use rl_gpu.algos.ppo.PPO, "
+                         "not update_policy")
     check_minibatches(batch.reward.numel(), config)
     permutations = draw_permutations(batch.reward.numel(), config.update_epochs, generator, batch.reward.device)
     return run_update(UpdateUnits(policy, optimizer, config), batch, permutations)

@@ -1,6 +1,6 @@
 """Plain-Python scalar references of the built-in games: one game at a time, no tensors.
 
-They are the ground truth that :func:`rl_gpu.envs.checks.check_reference_parity` compares the batched
+They are the ground truth that :func:`rl_gpu.envs.testing.check_reference_parity` compares the batched
 tensor environments against, so they favour obvious code over speed.
 """
 

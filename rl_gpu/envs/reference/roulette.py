@@ -1,4 +1,4 @@
-"""Scalar reference of two-player Russian roulette (seed 000 §2-§4), one game at a time.
+"""Scalar reference of two-player Russian roulette, one game at a time.
 
 Written from the rules, not from the tensor code, so that a parity test between the two means something:
 

@@ -21,6 +21,7 @@ import torch
 from gymnasium.wrappers import TimeLimit
 
 from rl_gpu.envs.base import EnvState, TensorEnv
+from rl_gpu.envs.testing.drive import inner_row
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,11 @@ def time_limit(gym_env: gymnasium.Env) -> TimeLimit:
     return env
 
 
-def inner_row(env: TensorEnv, row: int) -> tuple:
-    """Row ``row`` of ``env``'s inner state as Python scalars, in field order (test/debug use: syncs)."""
-    return tuple(t[row].item() for t in env.state.inner)
+def inner_row_scalars(env: TensorEnv, row: int) -> tuple:
+    """Row ``row`` of ``env``'s current inner state as Python scalars, in field order: the form
+    :func:`set_gym_state` takes and :func:`get_gym_state` returns (:func:`~rl_gpu.envs.testing.inner_row`
+    gives the same row as tensors)."""
+    return tuple(t.item() for t in inner_row(env.state.inner, row))
 
 
 def set_gym_state(gym_env: gymnasium.Env, env_id: str, row: Sequence[Any], episode_step: int = 0) -> None:
@@ -113,7 +116,7 @@ def get_gym_state(gym_env: gymnasium.Env, env_id: str) -> tuple[tuple, int]:
 
 def copy_row_to_gym(env: TensorEnv, row: int, gym_env: gymnasium.Env, env_id: str) -> None:
     """Copy row ``row`` of ``env`` (inner state and episode step) into ``gym_env``."""
-    set_gym_state(gym_env, env_id, inner_row(env, row), int(env.state.episode_step[row]))
+    set_gym_state(gym_env, env_id, inner_row_scalars(env, row), int(env.state.episode_step[row]))
 
 
 def copy_gym_to_rows(

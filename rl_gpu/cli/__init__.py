@@ -1,0 +1,1 @@
+"""The command line: ``rl-gpu {train,evaluate,plot,export,bench}``, typed flags, per-environment presets."""

@@ -1,0 +1,1 @@
+"""Training runs: the algorithm-agnostic runner, goals, evaluation, run directories, logging, signals."""
