@@ -54,11 +54,13 @@ class PPO:
         env: the environments :meth:`iterate` collects from when called without arguments.
         num_steps: T for the bound environments (default: the longest game for turn-based games, else 128).
         anneal_lr: :meth:`set_progress` decays the learning rate linearly to 0.
+        opponent_seed: seeds the opponent's moves and the seat draw of turn-based games (default: derived from
+            ``seed``).
     """
 
     def __init__(self, policy: nn.Module, config: PPOConfig, learning_rate: float, seed: int,
                  compile: str = "off", *, env: VecEnv | None = None, num_steps: int | None = None,
-                 anneal_lr: bool = False) -> None:
+                 anneal_lr: bool = False, opponent_seed: int | None = None) -> None:
         self._policy = policy
         self.config = config
         self.initial_learning_rate = float(learning_rate)
@@ -70,7 +72,9 @@ class PPO:
         self.optimizer = make_adam(policy.parameters(), self.lr, device)
         self.policy_rng = torch.Generator(device=device).manual_seed(seed)
         self.shuffle_rng = torch.Generator(device=device).manual_seed(seed + 1)
-        self.opponent_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, "opponent"))
+        if opponent_seed is None:
+            opponent_seed = derive_seed(seed, "opponent")
+        self.opponent_rng = torch.Generator(device=device).manual_seed(opponent_seed)
         self.units = UpdateUnits(policy, self.optimizer, config, self.compile)
         # With config.norm_reward: one running return per environment row, so it is sized by the rollouts'
         # N: built here when bound to an environment, else on the first update (or load_state_dict).
@@ -99,7 +103,8 @@ class PPO:
         policy = policy_for_env(env.spec, setup.hidden_sizes, setup.normalize_obs, setup.init_log_std)
         policy = policy.to(env.device)
         return cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
-                   env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr)
+                   env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
+                   opponent_seed=derive_seed(setup.seed, "opponent"))
 
     @staticmethod
     def episodic(env: VecEnv) -> bool:
