@@ -20,7 +20,7 @@ from rl_gpu.training import run_logger
 from rl_gpu.training.run_logger import JsonLines, RunLogger
 
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _lines(run_dir):

@@ -19,7 +19,7 @@ from rl_gpu.envs.cartpole import CartPoleEnv
 from rl_gpu.envs.registry import register
 from rl_gpu.training.runner import VOLATILE_METRICS, resume, train
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 QUIET = lambda line: None  # noqa: E731
 

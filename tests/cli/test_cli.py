@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 TINY = ["--num-envs", "256", "--min-updates", "2", "--eval-every", "2", "--max-updates", "4",
         "--eval-episodes", "512", "--final-eval-episodes", "512", "--device", "cpu", "--log-every", "1"]

@@ -15,7 +15,7 @@ from rl_gpu.algos.ppo import PPO, PPOConfig
 from rl_gpu.nn.actor_critic import policy_for_env
 from rl_gpu.collect.engine import RolloutEngine, noise_bytes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench(tmp_path, *args):
