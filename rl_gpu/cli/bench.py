@@ -32,16 +32,20 @@ from typing import Literal
 import torch
 
 from rl_gpu.algos.base import Setup
+from rl_gpu.core.errors import UsageError
 from rl_gpu.algos.ppo import PPO, PPOConfig
 from rl_gpu.cli.parsing import fail, parse
 from rl_gpu.collect.stepper import EnvStepper
 from rl_gpu.core.device import synchronize
 from rl_gpu.data.rollout import empty_rollout
 from rl_gpu.envs.registry import make
+from rl_gpu.runtime.files import atomic_write_bytes, check_writable
 
 PROG = "rl-gpu bench"
 MEASURES = ("env", "collect", "train")
 CHUNK = 16
+MAX_RESULTS_BYTES = 64 * 2**20
+"""A results file to be replaced is read to check that it is JSON; anything larger is not one of ours."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ class BenchConfig:
     compare: Literal["none", "gymnasium"] = "none"
     """also time Gymnasium's vector environment (numpy CartPoleVectorEnv for CartPole-v1) in this process"""
     output: Path = Path("artifacts/bench.json")
-    """JSON results file"""
+    """JSON results file (an existing file is replaced only when it is JSON, checked before measuring)"""
     seed: int = 0
     """seeds environments, policy and generators"""
 
@@ -282,6 +286,24 @@ def ratios(cells: list[dict]) -> list[dict]:
     return out
 
 
+def check_output(path: Path) -> None:
+    """Refuse ``--output`` before anything is measured when writing it would replace something that is not a
+    results file: anything but a regular file (a directory, ``/dev/null``), or an existing file that is not JSON
+    (a checkpoint, a script)."""
+    target = check_writable(path)
+    if not target.exists():
+        return
+    try:
+        with open(target, "rb") as f:
+            head = f.read(MAX_RESULTS_BYTES + 1)
+        if len(head) > MAX_RESULTS_BYTES:
+            raise ValueError("too large")
+        json.loads(head.decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        raise UsageError(f"--output {path} exists and is not a JSON results file; refusing to replace it "
+                         "(choose another path)") from None
+
+
 def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
     """Run the benchmark described by ``cfg``; returns (and writes to ``cfg.output``) the JSON document."""
     from rl_gpu.core.device import resolve_device
@@ -292,6 +314,7 @@ def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
     modes = cfg.compile or (("off", "inductor", "cudagraphs") if device.type == "cuda" else ("off", "inductor"))
     if "cudagraphs" in modes and device.type != "cuda":
         raise ValueError("--compile cudagraphs needs a CUDA device")
+    check_output(cfg.output)
     started = time.perf_counter()
     cells: list[dict] = []
     log(f"{PROG}: {cfg.env} on {device}, {torch.get_num_threads()} thread(s), N in {list(cfg.num_envs)}, "
@@ -331,15 +354,13 @@ def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
     log(format_table(cells))
     for r in doc["gymnasium_ratios"]:
         log(f"env-only N={r['num_envs']}: rl_gpu ({r['compile']}) / Gymnasium = {r['ratio']:.2f}x")
-    cfg.output.parent.mkdir(parents=True, exist_ok=True)
-    cfg.output.write_text(json.dumps(doc, indent=1) + "\n")
+    atomic_write_bytes(cfg.output, (json.dumps(doc, indent=1) + "\n").encode())
     log(f"wrote {cfg.output}")
     return doc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from rl_gpu.envs.registry import registered_ids
-    from rl_gpu.core.errors import UsageError
 
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse(BenchConfig, PROG, args, description=BenchConfig.__doc__)

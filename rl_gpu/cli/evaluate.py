@@ -1,18 +1,29 @@
 """``rl-gpu evaluate`` / ``python -m rl_gpu.evaluate``: a checkpoint's results on fresh, training-disjoint
-seeds."""
+seeds.
+
+By default the checkpoint is evaluated as its run's final evaluation was: the run's
+``--final-eval-episodes``, deterministic or sampled actions as its ``--deterministic-eval`` chose, at most its
+``--num-envs`` environments at a time. ``--episodes``, ``--num-envs``, ``--deterministic`` and ``--sample``
+override that protocol.
+"""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Annotated, Literal, Sequence
 
 import torch
+import tyro
 
 from rl_gpu.cli.parsing import fail, parse
 
 PROG = "rl-gpu evaluate"
+ACTIONS = tyro.conf.create_mutex_group(
+    required=False, title="actions (default: as the run's final evaluation chose them)")
+EPISODES_HINT = "(default: the run's --final-eval-episodes)"
+NUM_ENVS_HINT = "(default: the run's --num-envs, at most the episodes)"
 
 
 @dataclass(frozen=True)
@@ -21,16 +32,18 @@ class EvaluateConfig:
 
     checkpoint: Path
     """checkpoint file written by `rl-gpu train` (best.pt or last.pt)"""
-    episodes: int = 24576
+    episodes: Annotated[int | None, tyro.conf.arg(help_behavior_hint=EPISODES_HINT)] = None
     """episodes to play"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto: CUDA when available, else CPU"""
     seed: int = 0
     """evaluation stream; combined with the run's seed into seeds disjoint from training and validation"""
-    num_envs: int = 4096
+    num_envs: Annotated[int | None, tyro.conf.arg(help_behavior_hint=NUM_ENVS_HINT)] = None
     """environments played at once"""
-    deterministic: bool = False
-    """play the most probable action instead of sampling"""
+    deterministic: Annotated[bool, ACTIONS, tyro.conf.FlagCreatePairsOff] = False
+    """play the most probable action"""
+    sample: Annotated[bool, ACTIONS, tyro.conf.FlagCreatePairsOff] = False
+    """sample actions from the policy"""
     json_output: Path | None = None
     """also write the results to this JSON file"""
     threads: int = 1
@@ -39,10 +52,65 @@ class EvaluateConfig:
     def __post_init__(self) -> None:
         for name in ("episodes", "num_envs", "threads"):
             value = getattr(self, name)
+            if value is None and name != "threads":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
         if self.seed < 0:
             raise ValueError(f"--seed must be non-negative, got {self.seed}")
+        if self.deterministic and self.sample:
+            raise ValueError("--deterministic and --sample exclude each other")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How the evaluation plays: resolved from the flags and the run's saved config."""
+
+    episodes: int
+    num_envs: int
+    deterministic: bool
+    source: str
+    """where the settings came from, for the report"""
+
+    def describe(self) -> str:
+        actions = "deterministic" if self.deterministic else "sampled actions"
+        return f"{actions}, {self.episodes} episodes, {self.num_envs} at a time ({self.source})"
+
+
+def run_protocol(config: EvaluateConfig, payload: dict) -> Protocol:
+    """The run's final-evaluation protocol (from the checkpoint's saved ``config``), with the flags given
+    overriding it; a saved value of the wrong type is a :class:`CheckpointError`."""
+    from rl_gpu.runtime.checkpoint import CheckpointError
+    from rl_gpu.training.config import TrainConfig
+
+    saved = payload.get("config") or {}
+
+    def setting(name: str, kind: type, default):
+        value = saved.get(name, default)
+        valid = isinstance(value, bool) if kind is bool else (
+            isinstance(value, int) and not isinstance(value, bool) and value > 0)
+        if not valid:
+            raise CheckpointError(f"{config.checkpoint}: malformed checkpoint (config {name} is "
+                                  f"{str(value)[:40]!r})")
+        return value
+
+    run_episodes = setting("final_eval_episodes", int, TrainConfig.final_eval_episodes)
+    run_num_envs = setting("num_envs", int, TrainConfig.num_envs)
+    run_deterministic = setting("deterministic_eval", bool, TrainConfig.deterministic_eval)
+    actions_flag = "--deterministic" if config.deterministic else "--sample" if config.sample else None
+    overridden = [flag for flag, given in (("--episodes", config.episodes is not None),
+                                           ("--num-envs", config.num_envs is not None),
+                                           (actions_flag, actions_flag is not None)) if given]
+    episodes = config.episodes if config.episodes is not None else run_episodes
+    num_envs = min(config.num_envs if config.num_envs is not None else run_num_envs, episodes)
+    deterministic = config.deterministic or (run_deterministic and not config.sample)
+    if not overridden:
+        source = "the run's final evaluation"
+    elif len(overridden) == 3:
+        source = "as given"
+    else:
+        source = f"the run's final evaluation, with {' and '.join(overridden)}"
+    return Protocol(episodes, num_envs, deterministic, source)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -53,13 +121,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rl_gpu.interop.policy_io import load_policy
     from rl_gpu.nn.actor_critic import UniformRandomPolicy
     from rl_gpu.runtime.checkpoint import CheckpointError
+    from rl_gpu.runtime.files import atomic_write_json, check_writable
     from rl_gpu.training.evaluation import evaluate_policy
 
     config = parse(EvaluateConfig, PROG, argv, description=EvaluateConfig.__doc__)
     torch.set_num_threads(config.threads)
+    inputs = [config.checkpoint]
     try:
+        if config.json_output is not None:
+            check_writable(config.json_output, inputs)
         device = resolve_device(config.device)
         policy, payload = load_policy(config.checkpoint, device)
+        protocol = run_protocol(config, payload)
         env_id = payload.get("env_id")
         if not is_known(env_id):
             raise CheckpointError(f"{config.checkpoint}: made for unknown environment {env_id!r}")
@@ -71,28 +144,42 @@ def main(argv: Sequence[str] | None = None) -> int:
             probe = make_env(1, 0)
         except ImportError as e:
             raise UsageError(str(e)) from None
-        if policy.obs_dim != probe.spec.obs_size:
+        spec = probe.spec
+        if policy.obs_dim != spec.obs_size:
             raise CheckpointError(f"{config.checkpoint}: policy observes {policy.obs_dim} values, "
-                                  f"{env_id} gives {probe.spec.obs_size}")
+                                  f"{env_id} gives {spec.obs_size}")
+        if bool(policy.is_continuous) != bool(spec.is_continuous):
+            kinds = ("discrete", "continuous")
+            raise CheckpointError(f"{config.checkpoint}: policy has {kinds[bool(policy.is_continuous)]} "
+                                  f"actions, {env_id} takes {kinds[bool(spec.is_continuous)]} ones")
+        policy_actions = policy.action_dim if policy.is_continuous else policy.num_actions
+        if policy_actions != spec.action_size:
+            raise CheckpointError(f"{config.checkpoint}: policy chooses among {policy_actions} actions, "
+                                  f"{env_id} takes {spec.action_size}")
     except (UsageError, CheckpointError) as e:
         fail(PROG, str(e))
-    seed = derive_seed(int(payload.get("seed", 0)), f"evaluate-{config.seed}")
-    multi = probe.spec.num_players > 1
-    print(f"{env_id}: checkpoint {config.checkpoint} (update {payload.get('update')}, "
-          f"{payload.get('global_step'):,} training steps) on {device}, {config.episodes} episodes")
-    result = evaluate_policy(policy, make_env, config.episodes, seed, num_envs=config.num_envs,
-                             deterministic=config.deterministic)
+    seed = derive_seed(int(payload.get("seed") or 0), f"evaluate-{config.seed}")
+    multi = spec.num_players > 1
+    update, steps = payload.get("update"), payload.get("global_step")
+    print(f"{env_id}: checkpoint {config.checkpoint} (update {update if update is not None else '?'}, "
+          f"{f'{steps:,}' if steps is not None else 'unknown'} training steps) on {device}")
+    print(f"protocol: {protocol.describe()}")
+    result = evaluate_policy(policy, make_env, protocol.episodes, seed, num_envs=protocol.num_envs,
+                             deterministic=protocol.deterministic)
     print("policy:  " + result.describe(multi).replace("\n", "\n         "))
-    report = {"checkpoint": str(config.checkpoint), "env": env_id, "policy": result.to_dict()}
-    if not probe.spec.is_continuous:
-        random_result = evaluate_policy(UniformRandomPolicy(), make_env, config.episodes, seed,
-                                        num_envs=config.num_envs)
+    report = {"checkpoint": str(config.checkpoint), "env": env_id, "policy": result.to_dict(),
+              "protocol": {"episodes": protocol.episodes, "num_envs": protocol.num_envs,
+                           "deterministic": protocol.deterministic, "source": protocol.source}}
+    if not spec.is_continuous:
+        random_result = evaluate_policy(UniformRandomPolicy(), make_env, protocol.episodes, seed,
+                                        num_envs=protocol.num_envs)
         print("random:  " + random_result.describe(multi).replace("\n", "\n         "))
         report["random"] = random_result.to_dict()
     if config.json_output is not None:
-        from rl_gpu.runtime.checkpoint import atomic_write_json
-
-        atomic_write_json(config.json_output, report)
+        try:
+            atomic_write_json(config.json_output, report, inputs)
+        except UsageError as e:
+            fail(PROG, str(e))
     return 0
 
 

@@ -13,9 +13,12 @@ import tyro
 
 from rl_gpu.cli.parsing import fail, parse
 from rl_gpu.envs.registry import make
-from rl_gpu.interop.export import SUFFIXES, DeterministicPolicy, ExportError, export_policy
+from rl_gpu.core.errors import UsageError
+from rl_gpu.core.seeding import derive_seed
+from rl_gpu.interop.export import SUFFIXES, DeterministicPolicy, ExportError, policy_bytes
 from rl_gpu.interop.policy_io import load_policy
 from rl_gpu.runtime.checkpoint import CheckpointError
+from rl_gpu.runtime.files import atomic_write_bytes, check_writable
 
 PROG = "rl-gpu export"
 
@@ -33,6 +36,9 @@ class ExportConfig:
     clip_actions: bool = False
     """continuous policies: clamp the action to the environment's bounds inside the model (the bounds of the
     checkpoint's env_id)"""
+    quantize: Literal["int8"] | None = None
+    """ONNX only: int8 weights (onnxruntime dynamic quantisation); reports the agreement with the float policy
+    on held-out observations of the checkpoint's environment, and the CPU latency"""
 
     def resolved_format(self) -> str:
         if self.format is not None:
@@ -65,21 +71,48 @@ def action_bounds(policy: torch.nn.Module, env_id: object) -> tuple[tuple[float,
     return low, high
 
 
+def quantized(policy: torch.nn.Module, model: bytes, float_model: DeterministicPolicy,
+              payload: dict) -> tuple[bytes, list[str]]:
+    """``(the int8 model, report lines)``: agreement with the float policy on held-out observations of the
+    checkpoint's environment, and the CPU latency of both models."""
+    from rl_gpu.interop.quantize import agreement, held_out_observations, latency, quantize_int8
+
+    env_id = payload.get("env_id")
+    if not isinstance(env_id, str):
+        raise ExportError("--quantize int8 measures agreement on observations of the checkpoint's env_id, "
+                          "and it has none")
+    int8 = quantize_int8(model)
+    seed = derive_seed(int(payload.get("seed") or 0), "export-held-out")
+    obs, mask = held_out_observations(policy, env_id, seed)
+    lines = [agreement(float_model, int8, obs, mask).describe()]
+    fast, slow = latency(int8, float_model.obs_dim), latency(model, float_model.obs_dim)
+    lines.append("CPU latency (onnxruntime, 1 thread, median): " + ", ".join(
+        f"batch {b} {fast[b] * 1e3:.3f} ms (float {slow[b] * 1e3:.3f} ms)" for b in fast))
+    return int8, lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags and export; exit 2 with a one-line error for a bad checkpoint or missing packages."""
     config = parse(ExportConfig, PROG, argv, description=ExportConfig.__doc__)
     bounds: dict = {}
+    report: list[str] = []
     try:
         fmt = config.resolved_format()
+        if config.quantize is not None and fmt != "onnx":
+            raise ExportError(f"--quantize {config.quantize} applies to ONNX exports; this one is {fmt}")
+        check_writable(config.output, [config.checkpoint])
         policy, payload = load_policy(config.checkpoint, torch.device("cpu"))
         if config.clip_actions:
             bounds["action_low"], bounds["action_high"] = action_bounds(policy, payload.get("env_id"))
         metadata = {"env_id": payload.get("env_id"), "update": payload.get("update"),
                     "global_step": payload.get("global_step"), "checkpoint": str(config.checkpoint)}
-        export_policy(policy, config.output, fmt, metadata, **bounds)
-    except (CheckpointError, ExportError, ValueError, OSError) as e:
+        data = policy_bytes(policy, fmt, metadata, **bounds)
+        model = DeterministicPolicy(policy, **bounds)
+        if config.quantize is not None:
+            data, report = quantized(policy, data, model, payload)
+        atomic_write_bytes(config.output, data, [config.checkpoint])
+    except (CheckpointError, ExportError, UsageError, ValueError, OSError) as e:
         fail(PROG, str(e))
-    model = DeterministicPolicy(policy, **bounds)
     inputs = f"obs [N, {model.obs_dim}] float32"
     if model.discrete:
         inputs += f", action_mask [N, {model.num_actions}] bool (optional)"
@@ -90,7 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if model.clip_actions:
         low, high = list(bounds["action_low"]), list(bounds["action_high"])
         notes.append(f"actions clipped to low {low}, high {high}")
+    if config.quantize is not None:
+        notes.append(f"{config.quantize} weights")
     print(f"wrote {config.output} ({fmt}): {inputs} -> {output}{''.join('; ' + n for n in notes)}")
+    for line in report:
+        print(line)
     return 0
 
 

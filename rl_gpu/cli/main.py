@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from rl_gpu.cli.parsing import quiet_broken_pipe, version_text
+
 COMMANDS = {
     "train": "train a policy, validate, keep the best checkpoint",
     "evaluate": "evaluate a checkpoint on fresh seeds",
@@ -13,16 +15,24 @@ COMMANDS = {
     "bench": "throughput of env steps, rollouts and training over N (transitions/s)",
 }
 
-USAGE = "usage: rl-gpu {" + ",".join(COMMANDS) + "} [--help] ...\n\n" + "\n".join(
+USAGE = "usage: rl-gpu {" + ",".join(COMMANDS) + "} [--help] [--version] ...\n\n" + "\n".join(
     f"  {name:<10} {text}" for name, text in COMMANDS.items()
 )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the subcommand named first in ``argv``; returns its exit code."""
+    return quiet_broken_pipe(_main)(argv)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if args else 2
+    if args[0] == "--version":
+        print(version_text())
+        return 0
     command, rest = args[0], args[1:]
     if command == "train":
         from rl_gpu.cli.train import main as run

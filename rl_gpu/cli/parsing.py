@@ -1,29 +1,43 @@
-"""Command-line plumbing shared by the subcommands: typed parsing with tyro, and one-line errors."""
+"""Command-line plumbing shared by the subcommands: typed parsing with tyro, one-line errors, ``--version``,
+and a quiet exit when the reader of stdout goes away (``rl-gpu --help | head -1``)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
+import os
 import re
 import sys
+import types
+import typing
+from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
 import tyro
+from tyro.constructors import ConstructorRegistry, PrimitiveConstructorSpec
 
 T = TypeVar("T")
 
 BOX_CHARS = "│╭╮╰╯─┃━┏┓┗┛"
+_RULE = re.compile(r"^[-─━]{3,}$")
+_TYRO_PREFIX = re.compile(r"^Error parsing [A-Za-z_][\w.]*: ")
 
 
 def _first_message(text: str) -> str:
-    """The first paragraph of tyro's error text (inside its box, if it drew one), joined into one line."""
+    """The first paragraph of tyro's error text, joined into one line. tyro draws a box (Unicode when stdout is
+    UTF-8: the message on ``│`` lines) or, otherwise, a title line, a rule of dashes, then the message."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)
     raw_lines = [line.strip() for line in text.splitlines() if line.strip()]
-    boxed = [line for line in raw_lines if line.startswith(("│", "┃"))]
+    boxed = [line.strip(BOX_CHARS + " ") for line in raw_lines if line.startswith(("│", "┃"))]
+    if boxed:
+        lines = boxed
+    else:
+        rule = next((i for i, line in enumerate(raw_lines) if _RULE.match(line)), None)
+        lines = raw_lines[rule + 1:] if rule is not None else raw_lines
     paragraph: list[str] = []
-    for raw in boxed or raw_lines:
-        line = raw.strip(BOX_CHARS + " ")
-        if not line or set(line) <= set(BOX_CHARS + " "):
+    for line in lines:
+        if not line or _RULE.match(line) or set(line) <= set(BOX_CHARS + " "):
             if paragraph:
                 break
             continue
@@ -32,23 +46,101 @@ def _first_message(text: str) -> str:
                 break
             continue
         paragraph.append(line)
-    return " ".join(paragraph) if paragraph else "invalid arguments"
+    if not paragraph:
+        return "invalid arguments"
+    # A configuration's own check (its __post_init__) already names the flag: drop tyro's "Error parsing
+    # TrainConfig: " but keep "Error parsing --num-envs: ".
+    return _TYRO_PREFIX.sub("", " ".join(paragraph))
+
+
+_METAVARS = {int: "INT", float: "FLOAT", str: "STR", Path: "PATH"}
+
+REGISTRY = ConstructorRegistry()
+"""tyro rules of this package's commands (the optional scalars below)."""
+
+
+@REGISTRY.primitive_rule
+def _optional_scalar(info):
+    """``int | None`` (and float, str, Path) as one flag shown ``--flag INT`` rather than tyro's
+    ``--flag {None}|INT``; ``None`` (or ``none``) on the command line still means no value."""
+    args = typing.get_args(info.type)
+    if typing.get_origin(info.type) not in (typing.Union, types.UnionType) or len(args) != 2 \
+            or type(None) not in args:
+        return None
+    (inner,) = [a for a in args if a is not type(None)]
+    if inner not in _METAVARS:
+        return None
+
+    def from_strings(strings: list[str]):
+        (text,) = strings
+        return None if text in ("None", "none") else inner(text)
+
+    return PrimitiveConstructorSpec(
+        nargs=1, metavar=_METAVARS[inner], instance_from_str=from_strings,
+        is_instance=lambda x: x is None or (isinstance(x, inner) and not isinstance(x, bool)),
+        str_from_instance=lambda x: [str(x)],
+    )
+
+
+def version_text() -> str:
+    """What ``--version`` prints."""
+    from rl_gpu import __version__
+
+    return f"rl-gpu {__version__}"
+
+
+def quiet_broken_pipe(main: Callable[..., int]) -> Callable[..., int]:
+    """Wrap a command's ``main`` so that a closed stdout (``| head -1``) ends it quietly with 141 (128 + SIGPIPE,
+    what a shell reports for a tool killed by the closed pipe) instead of a ``BrokenPipeError`` traceback."""
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs) -> int:
+        try:
+            try:
+                return main(*args, **kwargs)
+            finally:
+                sys.stdout.flush()  # also after --help's SystemExit: the write that fails may be this one
+        except BrokenPipeError:
+            # Python flushes stdout once more at exit; point it at /dev/null so that flush cannot fail too.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 141
+    return wrapped
 
 
 def parse(cls: Callable[..., T], prog: str, args: Sequence[str] | None, default: T | None = None,
           description: str | None = None) -> T:
     """Parse ``args`` into ``cls`` with tyro. ``--help`` prints and exits 0; any bad flag or value, and any
     ``ValueError`` raised by the config's own validation, exits 2 with a one-line error."""
-    stderr = io.StringIO()
+    kwargs = {"default": default} if default is not None else {}
+
+    def attempt(columns: str | None):
+        stderr = io.StringIO()
+        saved = os.environ.get("COLUMNS")
+        if columns is not None:
+            os.environ["COLUMNS"] = columns
+        try:
+            with contextlib.redirect_stderr(stderr):
+                return tyro.cli(cls, prog=prog, args=args, description=description,
+                                config=(tyro.conf.OmitArgPrefixes,), registry=REGISTRY, **kwargs)
+        except SystemExit as e:
+            if e.code in (0, None):
+                raise
+            return stderr.getvalue()
+        finally:
+            if columns is not None:
+                if saved is None:
+                    os.environ.pop("COLUMNS", None)
+                else:
+                    os.environ["COLUMNS"] = saved
+
     try:
-        with contextlib.redirect_stderr(stderr):
-            kwargs = {"default": default} if default is not None else {}
-            return tyro.cli(cls, prog=prog, args=args, description=description,
-                            config=(tyro.conf.OmitArgPrefixes,), **kwargs)
-    except SystemExit as e:
-        if e.code in (0, None):
-            raise
-        fail(prog, f"{_first_message(stderr.getvalue())} (see {prog} --help)")
+        out = attempt(None)
+        if isinstance(out, str):
+            # Refused: parse again on a console too wide to wrap the message, so it joins into one line without
+            # breaks inside numbers or paths.
+            wide = attempt("100000")
+            fail(prog, f"{_first_message(wide if isinstance(wide, str) else out)} (see {prog} --help)")
+        return out
     except ValueError as e:
         fail(prog, str(e))
     raise AssertionError("unreachable")

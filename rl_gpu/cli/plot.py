@@ -8,6 +8,7 @@ all its seeds.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
@@ -21,12 +22,19 @@ import numpy as np
 import tyro
 
 from rl_gpu.cli.parsing import fail, parse
+from rl_gpu.core.errors import UsageError
+from rl_gpu.runtime.files import atomic_write_bytes, check_writable
 
 PROG = "rl-gpu plot"
 SEED_DIR = re.compile(r"seed-\d+")
 EPISODE_METRICS = ("episode_return", "train_win_rate", "episode_length")
 """Metrics measured over the episodes that ended in an update: lines with ``"episodes": 0`` carry no value."""
 GRID_POINTS = 500
+HEADLINES = ("episode_return", "train_win_rate")
+"""The training metric of single-player runs and of turn-based games (``training/goals.py``)."""
+MAX_DEPTH = 8
+"""Nesting levels of a metrics line searched for metric names; deeper values are not metrics."""
+FORMATS = ("png", "pdf", "svg")
 
 
 class PlotError(ValueError):
@@ -40,10 +48,11 @@ class PlotConfig:
     run_dirs: tyro.conf.Positional[tuple[Path, ...]]
     """run directories (OUTPUT/seed-N, or OUTPUT for all its seeds)"""
     output: Path
-    """image file to write (PNG)"""
+    """image file to write (PNG; .pdf and .svg by their suffix)"""
     metric: tuple[str, ...] = ()
-    """metrics to plot, one panel each; nested fields with a dot (validation.score). Default: episode_return,
-    and validation.score when the runs have validations"""
+    """metrics to plot, one panel each; nested fields with a dot (validation.score). Default: episode_return
+    (single-player runs) or train_win_rate (turn-based games), and validation.score when the runs have
+    validations"""
     band: Literal["minmax", "std"] = "minmax"
     """spread over seeds: min to max, or mean ± one standard deviation"""
     smooth: int = 1
@@ -69,19 +78,21 @@ class Run:
 
 
 def read_metrics(run_dir: Path) -> Run:
-    """Read ``run_dir/metrics.jsonl``; lines that do not parse are counted and left out."""
+    """Read ``run_dir/metrics.jsonl``; lines that are not a JSON object (torn, not UTF-8, numbers too long to
+    parse, nested too deeply) are counted and left out."""
     path = run_dir / "metrics.jsonl"
     records, skipped = [], 0
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as e:
         raise PlotError(f"{path}: cannot read ({e.strerror or e})") from None
-    for line in text.splitlines():
-        if not line.strip():
+    for raw in data.splitlines():
+        if not raw.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):
+            # ValueError covers JSONDecodeError, UnicodeDecodeError and integers past Python's digit limit.
             skipped += 1
             continue
         if isinstance(record, dict):
@@ -89,7 +100,8 @@ def read_metrics(run_dir: Path) -> Run:
         else:
             skipped += 1
     if not records:
-        raise PlotError(f"{path}: no metrics recorded")
+        unreadable = f" ({skipped} unreadable lines)" if skipped else ""
+        raise PlotError(f"{path}: no metrics recorded{unreadable}")
     return Run(run_dir, records, skipped)
 
 
@@ -105,8 +117,11 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
         if (path / "metrics.jsonl").is_file():
             runs.append(path)
             continue
-        seeds = sorted(p for p in path.iterdir()
-                       if SEED_DIR.fullmatch(p.name) and (p / "metrics.jsonl").is_file())
+        try:
+            seeds = sorted(p for p in path.iterdir()
+                           if SEED_DIR.fullmatch(p.name) and (p / "metrics.jsonl").is_file())
+        except OSError as e:
+            raise PlotError(f"{path}: cannot list it ({e.strerror or e})") from None
         if not seeds:
             raise PlotError(f"{path}: no metrics.jsonl (neither a run directory nor one holding seed-N runs)")
         runs.extend(seeds)
@@ -125,6 +140,20 @@ def group_runs(runs: Sequence[Path]) -> dict[str, list[Path]]:
     return groups
 
 
+def number(value: object) -> float | None:
+    """``value`` as a finite float (booleans as 0 / 1), else None (strings, containers, inf, NaN, integers too
+    large for a float)."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        try:
+            result = float(value)
+        except OverflowError:
+            return None
+        return result if math.isfinite(result) else None
+    return None
+
+
 def lookup(record: dict, metric: str) -> float | None:
     """The finite number at ``metric`` (dots descend into nested dicts) in ``record``, else None."""
     value: object = record
@@ -132,11 +161,7 @@ def lookup(record: dict, metric: str) -> float | None:
         if not isinstance(value, dict) or part not in value:
             return None
         value = value[part]
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return float(value)
-    return None
+    return number(value)
 
 
 def series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -164,20 +189,34 @@ def smooth(y: np.ndarray, window: int) -> np.ndarray:
 
 
 def numeric_metrics(runs: Sequence[Run]) -> list[str]:
-    """Every metric name with a number somewhere in ``runs`` (nested ones dotted)."""
+    """Every metric name with a finite number somewhere in ``runs`` (nested ones dotted, at most
+    :data:`MAX_DEPTH` levels deep)."""
     names: dict[str, None] = {}
-
-    def walk(value: object, prefix: str) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                walk(item, f"{prefix}{key}.")
-        elif isinstance(value, (int, float)):
-            names[prefix[:-1]] = None
-
     for run in runs:
         for record in run.records:
-            walk(record, "")
+            stack: list[tuple[dict, str, int]] = [(record, "", 1)]
+            while stack:
+                mapping, prefix, depth = stack.pop()
+                for key, item in mapping.items():
+                    if isinstance(item, dict) and depth < MAX_DEPTH:
+                        stack.append((item, f"{prefix}{key}.", depth + 1))
+                    elif number(item) is not None:
+                        names[f"{prefix}{key}"] = None
     return [n for n in names if n not in ("update", "global_step")]
+
+
+def default_metrics(runs: Sequence[Run]) -> list[str]:
+    """What a plot shows without ``--metric``: each run's headline (``episode_return`` for single-player runs,
+    ``train_win_rate`` for turn-based games, whose runs log a win rate instead), then ``validation.score``
+    when the runs have validations."""
+    chosen: dict[str, None] = {}
+    for run in runs:
+        available = numeric_metrics([run])
+        headline = next((m for m in HEADLINES if m in available), None)
+        if headline is not None:
+            chosen[headline] = None
+    ordered = [m for m in HEADLINES if m in chosen]
+    return ordered + (["validation.score"] if "validation.score" in numeric_metrics(runs) else [])
 
 
 def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str) -> tuple[np.ndarray, ...] | None:
@@ -202,6 +241,15 @@ def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str) -> tup
     return steps, mean, values.min(0), values.max(0)
 
 
+def image_format(output: Path) -> str:
+    """The figure format named by ``output``'s suffix (no suffix: PNG); :class:`PlotError` for others."""
+    fmt = output.suffix.lower().lstrip(".") or "png"
+    if fmt not in FORMATS:
+        raise PlotError(f"{output}: cannot tell the image format from {output.suffix!r}; use one of "
+                        f"{', '.join('.' + f for f in FORMATS)}")
+    return fmt
+
+
 def plot_runs(
     paths: Sequence[Path],
     output: Path,
@@ -212,7 +260,9 @@ def plot_runs(
 ) -> list[str]:
     """Write the learning curves of the runs named by ``paths`` to ``output``; returns the metrics drawn.
 
-    Raises :class:`PlotError` for a missing directory, a run without metrics, or metrics no run has.
+    Raises :class:`PlotError` for a missing directory, a run without metrics, metrics no run has, or an output
+    that is not ours to replace (:func:`rl_gpu.runtime.files.check_writable`; a run's own files included).
+    Text (title, labels, run names) is drawn as given: a ``$`` is not mathtext.
     """
     try:
         import matplotlib
@@ -221,17 +271,50 @@ def plot_runs(
         import matplotlib.pyplot as plt
     except ImportError:
         raise PlotError("plotting needs matplotlib (pip install 'rl-gpu[plot]')") from None
-    runs = {path: read_metrics(path) for path in find_runs(paths)}
+    output = Path(output)
+    run_paths = find_runs(paths)
+    inputs = [p / "metrics.jsonl" for p in run_paths]
+    try:
+        check_writable(output, inputs)
+    except UsageError as e:
+        raise PlotError(str(e)) from None
+    fmt = image_format(output)
+    runs = {path: read_metrics(path) for path in run_paths}
     available = numeric_metrics(list(runs.values()))
+    metrics = list(metrics) or default_metrics(list(runs.values()))
     if not metrics:
-        metrics = ["episode_return"] + (["validation.score"] if "validation.score" in available else [])
+        raise PlotError(f"the runs have no {' or '.join(HEADLINES)} or validation.score to plot; choose with "
+                        f"--metric from: {', '.join(available) or 'nothing (no numbers logged)'}")
     missing = [m for m in metrics if m not in available]
     if missing:
         raise PlotError(
             f"no run has metric {', '.join(map(repr, missing))}; available: {', '.join(available)}"
         )
     groups = group_runs(list(runs))
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.2 * len(metrics)), sharex=True, squeeze=False)
+    # Run names, metric names and the title are the user's text: "$" in them is not mathtext.
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.2 * len(metrics)), sharex=True, squeeze=False)
+        try:
+            draw(fig, axes, runs, groups, metrics, band, smoothing, title)
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=fmt, dpi=120)
+        except (ValueError, RuntimeError, OverflowError) as e:
+            detail = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+            raise PlotError(f"cannot draw the figure ({detail})") from None
+        finally:
+            plt.close(fig)
+    try:
+        atomic_write_bytes(output, buffer.getvalue(), inputs)
+    except UsageError as e:
+        raise PlotError(str(e)) from None
+    return list(metrics)
+
+
+def draw(fig, axes, runs: dict[Path, Run], groups: dict[str, list[Path]], metrics: Sequence[str], band: str,
+         smoothing: int, title: str | None) -> None:
+    """One panel per metric, one curve per group (the mean and band of its seeds)."""
+    import matplotlib.pyplot as plt
+
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, metric in zip(axes[:, 0], metrics):
         for index, (label, members) in enumerate(groups.items()):
@@ -256,20 +339,12 @@ def plot_runs(
             ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
         ax.set_ylabel(metric)
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="best", fontsize="small")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best", fontsize="small")
     axes[-1, 0].set_xlabel("environment steps")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fig.savefig(output, dpi=120)
-    except (ValueError, OSError) as e:
-        raise PlotError(f"{output}: cannot write the figure ({e})") from None
-    finally:
-        plt.close(fig)
-    return list(metrics)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,19 +1,26 @@
 """``rl-gpu train`` / ``python -m rl_gpu.train``: train, validate, keep the best checkpoint.
 
-Exit codes: 0 every seed met its goal; 1 a seed did not within ``--max-updates``; 2 bad input (nothing on disk
-touched); 3 a non-finite loss or gradient stopped training; 130/143 stopped by SIGINT/SIGTERM after saving.
+Exit codes: 0 every seed met its goal (or spent its ``--total-timesteps`` budget); 1 a seed did not within
+``--max-updates``; 2 bad input (nothing on disk touched); 3 a non-finite loss, gradient or parameter stopped
+training; 130/143 stopped by SIGINT/SIGTERM after saving.
+
+Where the settings come from, lowest first: the environment's preset (:mod:`rl_gpu.cli.presets`), or a
+``--config`` file, or a resumed run's saved settings; then the flags. A resumed run keeps its settings: a flag or
+a ``--config`` key that would change any but the few listed in ``--resume``'s help is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import sys
 from pathlib import Path
 from typing import Sequence
 
-from rl_gpu.cli.parsing import fail, parse
+from rl_gpu.cli.parsing import fail, parse, quiet_broken_pipe, version_text
 from rl_gpu.cli.presets import preset_config
+from rl_gpu.core.errors import UsageError
 from rl_gpu.training.config import DEFAULT_ENV, RESUMABLE_CHANGES, TrainConfig, config_from_dict
 
 PROG = "rl-gpu train"
@@ -29,71 +36,162 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
     return None
 
 
+def _given(args: Sequence[str]) -> list[str]:
+    """The option names in ``args`` (``--flag`` of ``--flag=X`` too), in order."""
+    return [arg.split("=", 1)[0] for arg in args if arg.startswith("--") and arg != "--"]
+
+
+PRE_READ = ("--resume", "--config", "--env")
+"""Flags read before parsing (they choose the defaults the other flags override)."""
+
+
+def _check_repeats(args: Sequence[str]) -> None:
+    """``--resume``, ``--config`` or ``--env`` given twice is refused: which run, file or preset was meant is
+    ambiguous. (Other flags follow the usual rule: the last one given wins.)"""
+    names = _given(args)
+    twice = [flag for flag in PRE_READ if names.count(flag) > 1]
+    if twice:
+        raise UsageError(f"{', '.join(twice)} given more than once; give it once")
+
+
 def _saved_config(run_dir: Path) -> TrainConfig:
     from rl_gpu.runtime.checkpoint import load_checkpoint
 
     if not run_dir.is_dir():
-        raise ValueError(f"--resume {run_dir}: no such run directory")
+        raise UsageError(f"--resume {run_dir}: no such run directory")
     last = run_dir / "last.pt"
     if not last.exists():
-        raise ValueError(f"--resume {run_dir}: no last.pt in it (nothing to resume)")
+        raise UsageError(f"--resume {run_dir}: no last.pt in it (nothing to resume)")
     payload = load_checkpoint(last)
-    if "trainer" not in payload:
-        raise ValueError(f"--resume {run_dir}: {last} is not a resumable checkpoint")
-    return config_from_dict(payload["config"])
+    if not isinstance(payload.get("trainer"), dict) or not isinstance(payload.get("config"), dict):
+        raise UsageError(f"--resume {run_dir}: {last} is not a resumable checkpoint")
+    try:
+        return config_from_dict(payload["config"])
+    except UsageError as e:
+        raise UsageError(f"--resume {run_dir}: the settings saved in {last} are invalid ({e})") from None
 
 
-def _file_config(path: Path) -> TrainConfig:
-    import json
-
+def _file_data(path: Path) -> tuple[dict, TrainConfig]:
+    """A ``--config`` file's JSON object and the configuration it describes (checked as strictly as flags)."""
     if not path.is_file():
-        raise ValueError(f"--config {path}: no such file")
+        raise UsageError(f"--config {path}: no such file")
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"--config {path}: not valid JSON ({e})") from None
+        raise UsageError(f"--config {path}: not valid JSON ({e})") from None
+    except OSError as e:
+        raise UsageError(f"--config {path}: cannot read it ({e.strerror or e})") from None
     if not isinstance(data, dict) or "env" not in data:
-        raise ValueError(f"--config {path}: not a training configuration (no 'env' key)")
+        raise UsageError(f"--config {path}: not a training configuration (no 'env' key)")
     try:
-        return dataclasses.replace(config_from_dict(data), config=path)
-    except TypeError as e:
-        raise ValueError(f"--config {path}: {e}") from None
+        return data, dataclasses.replace(config_from_dict(data), config=path)
+    except UsageError as e:
+        raise UsageError(f"--config {path}: {e}") from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse flags, then train (or resume) every seed; see the module docstring for exit codes."""
-    from rl_gpu.core.errors import UsageError
+def _overlay(saved: TrainConfig, data: dict, file_config: TrainConfig) -> TrainConfig:
+    """``saved`` with the settings a ``--config`` file names explicitly (its other keys do not count)."""
+    values = {k: getattr(file_config, k) for k in data if k in {f.name for f in dataclasses.fields(TrainConfig)}
+              and k not in ("ppo", "overwrite")}
+    if isinstance(data.get("ppo"), dict):
+        values["ppo"] = dataclasses.replace(saved.ppo, **{k: getattr(file_config.ppo, k) for k in data["ppo"]})
+    return dataclasses.replace(saved, **values)
+
+
+def _check_env(env_id: str) -> None:
     from rl_gpu.envs.registry import is_known, registered_ids
+
+    if not is_known(env_id):
+        raise UsageError(f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}, "
+                         "gym:<any Gymnasium id>, or package.module:ClassName")
+
+
+def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:
+    """``(defaults for the flags, the saved settings of a resumed run or None, what the defaults are)``."""
+    config_path = _flag_value(args, "--config")
+    data, file_config = _file_data(Path(config_path)) if config_path is not None else (None, None)
+    resume_dir = _flag_value(args, "--resume")
+    if resume_dir is None and file_config is not None and file_config.resume is not None:
+        resume_dir = str(file_config.resume)
+    if resume_dir is not None:
+        saved = _saved_config(Path(resume_dir))
+        default = saved if file_config is None else _overlay(saved, data, file_config)
+        return dataclasses.replace(default, resume=Path(resume_dir)), saved, f"the saved settings of {resume_dir}"
+    if file_config is not None:
+        _check_env(file_config.env)
+        return file_config, None, f"the settings of {config_path}"
+    env_id = _flag_value(args, "--env") or DEFAULT_ENV
+    _check_env(env_id)
+    return preset_config(env_id), None, f"{env_id}'s preset"
+
+
+def _clip_min_updates(args: list[str], default: TrainConfig) -> TrainConfig:
+    """A ``--max-updates`` below the preset's (or file's) ``--min-updates`` lowers the latter to it, with a
+    note; when both are given, the configuration's own check refuses the pair."""
+    given = set(_given(args))
+    if "--max-updates" not in given or "--min-updates" in given:
+        return default
+    try:
+        max_updates = int(_flag_value(args, "--max-updates") or "")
+    except ValueError:
+        return default  # the parser reports it
+    if 0 < max_updates < default.min_updates:
+        print(f"{PROG}: note: --min-updates lowered from {default.min_updates} to {max_updates} "
+              f"(--max-updates {max_updates} is below it)", file=sys.stderr)
+        return dataclasses.replace(default, min_updates=max_updates)
+    return default
+
+
+def _changes(saved, given, names: list[str]) -> list[str]:
+    """``--flag (saved X, given Y)`` for each changed setting (the PPO section's flags one by one)."""
+    out = []
+    for name in names:
+        if dataclasses.is_dataclass(getattr(saved, name)):
+            inner = [f.name for f in dataclasses.fields(getattr(saved, name))
+                     if getattr(getattr(saved, name), f.name) != getattr(getattr(given, name), f.name)]
+            out += _changes(getattr(saved, name), getattr(given, name), inner)
+        else:
+            out.append(f"--{name.replace('_', '-')} (saved {getattr(saved, name)!r}, given {getattr(given, name)!r})")
+    return out
+
+
+def _interrupted(config: TrainConfig, results: list) -> int:
+    from rl_gpu.training.lifecycle import continuation
+
+    stopped = next(r for r in results if r.status == "interrupted")
+    print(f"{PROG}: {stopped.reason}", file=sys.stderr)
+    if len(config.seeds) > 1:
+        for line in continuation(config, results, prog=PROG):
+            print(f"{PROG}: {line}", file=sys.stderr)
+    return 128 + (stopped.signum or signal.SIGINT)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     from rl_gpu.runtime.checkpoint import CheckpointError
     from rl_gpu.training.runner import EXIT_GOAL_NOT_MET, EXIT_NUMERICAL, resume, train
 
     args = list(sys.argv[1:] if argv is None else argv)
-    resume_dir = _flag_value(args, "--resume")
-    if resume_dir is not None:
-        try:
-            default = _saved_config(Path(resume_dir))
-        except (ValueError, CheckpointError) as e:
-            fail(PROG, str(e))
-    elif _flag_value(args, "--config") is not None:
-        try:
-            default = _file_config(Path(_flag_value(args, "--config")))
-        except ValueError as e:
-            fail(PROG, str(e))
-        if not is_known(default.env):
-            fail(PROG, f"unknown environment {default.env!r}; known: {', '.join(registered_ids())}, or gym:<any Gymnasium id>")
-    else:
-        env_id = _flag_value(args, "--env") or DEFAULT_ENV
-        if not is_known(env_id):
-            fail(PROG, f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}, or gym:<any Gymnasium id>")
-        default = preset_config(env_id)
-    config = parse(TrainConfig, PROG, args, default=default, description=TrainConfig.__doc__)
+    if "--version" in args:
+        print(version_text())
+        return 0
+    asking_help = "--help" in args or "-h" in args
     try:
-        if config.resume is not None:
+        _check_repeats(args)
+        default, saved, source = _defaults(args)
+        if not asking_help and saved is None:
+            default = _clip_min_updates(args, default)
+    except (UsageError, CheckpointError) as e:
+        fail(PROG, str(e))
+    description = (f"{TrainConfig.__doc__}\n\nThe defaults shown are {source}; "
+                   f"`{PROG} --env ID --help` shows an environment's preset.")
+    config = parse(TrainConfig, PROG, args, default=default, description=description)
+    try:
+        if saved is not None:
             changed = [f.name for f in dataclasses.fields(TrainConfig)
-                       if getattr(config, f.name) != getattr(default, f.name) and f.name not in RESUMABLE_CHANGES]
+                       if getattr(config, f.name) != getattr(saved, f.name) and f.name not in RESUMABLE_CHANGES]
             if changed:
-                raise UsageError(f"--resume keeps the run's saved settings; cannot change "
-                                 f"{', '.join('--' + c.replace('_', '-') for c in changed)}")
+                raise UsageError("settings are refused on resume (the run keeps its saved ones): cannot change "
+                                 + ", ".join(_changes(saved, config, changed)))
             results = [resume(config.resume, config)]
         else:
             results = train(config)
@@ -102,11 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; checkpoints written so far are intact", file=sys.stderr)
         return 128 + signal.SIGINT
+    if any(r.status == "interrupted" for r in results):
+        return _interrupted(config, results)
     code = 0
     for r in results:
-        if r.status == "interrupted":
-            print(f"{PROG}: {r.reason}", file=sys.stderr)
-            return 128 + (r.signum or signal.SIGINT)
         if r.status == "numerical_error":
             print(f"{PROG}: seed {r.seed}: {r.reason}", file=sys.stderr)
             return EXIT_NUMERICAL
@@ -114,6 +211,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: seed {r.seed} did not reach its goal: {r.reason}", file=sys.stderr)
             code = EXIT_GOAL_NOT_MET
     return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags, then train (or resume) every seed; see the module docstring for exit codes."""
+    return quiet_broken_pipe(_main)(argv)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,11 @@ class AcrobotParams:
         return self.max_vel_2_pi * math.pi
 
 
+def _obs_high(p: AcrobotParams) -> tuple[float, ...]:
+    """Gymnasium's box: cosines and sines in ±1, the angular velocities' clip limits."""
+    return (1.0, 1.0, 1.0, 1.0, p.MAX_VEL_1, p.MAX_VEL_2)
+
+
 class AcrobotState(NamedTuple):
     """Inner state of N acrobots; every field is ``[N]`` float64. Angles in ``[-pi, pi]``."""
 
@@ -98,8 +103,15 @@ class AcrobotEnv(TensorEnv[AcrobotState]):
     max_episode_steps = 500
     reset_low = -0.1
     reset_high = 0.1
+    obs_high = _obs_high(AcrobotParams())
+    obs_low = tuple(-v for v in obs_high)
 
     params_type = AcrobotParams
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.obs_high = _obs_high(self.params)
+        self.obs_low = tuple(-v for v in self.obs_high)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -51,6 +51,11 @@ class CartPoleParams:
         return self.theta_threshold_degrees * 2 * math.pi / 360
 
 
+def _obs_high(p: CartPoleParams) -> tuple[float, ...]:
+    # Gymnasium's box: twice the termination thresholds, so a terminal observation is still inside it.
+    return (2 * p.x_threshold, math.inf, 2 * p.theta_threshold_radians, math.inf)
+
+
 class CartPoleState(NamedTuple):
     """Inner state of N cart-poles; every field is ``[N]`` float64."""
 
@@ -81,8 +86,15 @@ class CartPoleEnv(TensorEnv[CartPoleState]):
     max_episode_steps = 500
     reset_low = -0.05
     reset_high = 0.05
+    obs_high = _obs_high(CartPoleParams())
+    obs_low = tuple(-v for v in obs_high)
 
     params_type = CartPoleParams
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.obs_high = _obs_high(self.params)
+        self.obs_low = tuple(-v for v in self.obs_high)
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> CartPoleState:
         u = torch.rand(4, num_envs, dtype=torch.float64, device=self.device, generator=generator)

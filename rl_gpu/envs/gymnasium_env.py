@@ -7,10 +7,15 @@ the policy, the rollout and the update stay on the device. Actions come back wit
 Gymnasium's ``TimeLimit`` sets ``truncated`` even when the last step also terminates; the rl_gpu contract
 never sets both, and a terminal state must not be bootstrapped, so ``truncated`` here is ``truncated and not
 terminated``.
+
+Warnings from Gymnasium and the environments' libraries while sub-environments are built, reset and first
+stepped (and MuJoCo's, which it prints from C, at any step) are shown once per process, not once per
+sub-environment and evaluation: a training run builds its environments again for every evaluation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -18,8 +23,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import EnvSpec, StepResult
 from rl_gpu.envs.base import check_action_format
+from rl_gpu.envs.dependency_warnings import warnings_once
 
 try:
     import gymnasium
@@ -29,6 +36,20 @@ except ImportError:  # pragma: no cover - exercised only without the optional de
     gymnasium = None
 
 VECTORIZATION_MODES = ("sync", "async")
+OBSERVATION_SPACES = "Box (cast to float32) or Discrete (one-hot)"
+ACTION_SPACES = "Discrete or 1-D Box"
+
+
+def _import_mujoco_first(env_id: str) -> None:
+    """Load MuJoCo before a MuJoCo environment is built, so that its compiler's warnings reach
+    :func:`~rl_gpu.envs.dependency_warnings.warnings_once` instead of each sub-environment printing them."""
+    try:
+        entry = gymnasium.spec(env_id).entry_point
+    except Exception:  # an unknown id: make_vec reports it
+        return
+    if isinstance(entry, str) and "mujoco" in entry:
+        with contextlib.suppress(ImportError):
+            import mujoco  # noqa: F401
 
 
 def _require_gymnasium() -> None:
@@ -50,8 +71,11 @@ class GymnasiumEnv:
     ``reset_mask``), which gives the same transitions as ``SAME_STEP``.
 
     Observation spaces: ``Box`` (cast to float32) and ``Discrete`` (one-hot). Action spaces: ``Discrete`` and
-    1-D ``Box``. Legal actions: an environment that reports ``info["action_mask"]`` (Gymnasium's convention,
-    e.g. ``Taxi-v4``; 1 = legal) gets that mask as ``action_mask``, rows without one are all legal, and with
+    1-D ``Box``. Other spaces, and ids Gymnasium cannot make (unknown, a dependency missing), raise
+    :class:`~rl_gpu.core.errors.UsageError` (a ``ValueError``) in one line saying what is allowed.
+
+    Legal actions: an environment that reports ``info["action_mask"]`` (Gymnasium's convention, e.g.
+    ``Taxi-v4``; 1 = legal) gets that mask as ``action_mask``, rows without one are all legal, and with
     ``validate_actions`` an illegal action is refused; otherwise every action is legal.
 
     Args:
@@ -95,14 +119,20 @@ class GymnasiumEnv:
                 )
             if max_episode_steps is not None:
                 env_kwargs["max_episode_steps"] = max_episode_steps
+            _import_mujoco_first(env)
             try:
-                vec = gymnasium.make_vec(
-                    env, num_envs, vectorization_mode=vectorization_mode,
-                    vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **env_kwargs,
-                )
+                with warnings_once(python=True):
+                    vec = gymnasium.make_vec(
+                        env, num_envs, vectorization_mode=vectorization_mode,
+                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **env_kwargs,
+                    )
             except gymnasium.error.Error as e:
-                raise ValueError(f"gymnasium could not make {env!r}: {e}") from None
+                # NameNotFound, VersionNotFound, DependencyNotInstalled (Box2D, MuJoCo...): one line each.
+                raise UsageError(f"gym:{env}: Gymnasium cannot make it: {' '.join(str(e).split())} (gym:<id> "
+                                 "takes any id registered with Gymnasium whose dependencies are installed; "
+                                 "gymnasium.pprint_registry() lists them)") from None
             self.env_id = env
+            self._owns_vec, self._label = True, f"gym:{env}"
         elif isinstance(env, VectorEnv):
             if env_kwargs or max_episode_steps is not None:
                 raise ValueError(
@@ -112,11 +142,22 @@ class GymnasiumEnv:
                 raise ValueError(f"num_envs={num_envs} but the VectorEnv has {env.num_envs}")
             vec = env
             self.env_id = getattr(env.spec, "id", None) or type(env.unwrapped).__name__
+            self._owns_vec, self._label = False, self.env_id
         else:
             raise TypeError(
                 f"env must be a Gymnasium id or a gymnasium.vector.VectorEnv, got {type(env).__name__}"
             )
         self.vec = vec
+        try:
+            self._set_up(vec, device, max_episode_steps, clip_actions, validate_actions, seed)
+        except BaseException:
+            if self._owns_vec:
+                vec.close()
+            raise
+
+    def _set_up(self, vec: VectorEnv, device: str | torch.device, max_episode_steps: int | None,
+                clip_actions: bool, validate_actions: bool, seed: int | None) -> None:
+        """Everything after the vector environment exists (``__init__`` closes one it built if this fails)."""
         self.num_envs = vec.num_envs
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
@@ -143,6 +184,7 @@ class GymnasiumEnv:
         self._return = np.zeros(n, dtype=np.float64)
         self._length = np.zeros(n, dtype=np.int64)
         self._last: StepResult | None = None
+        self._checked_step = False
         self.reset(seed)
 
     def _init_spaces(self, obs_space: Any, action_space: Any) -> None:
@@ -157,8 +199,9 @@ class GymnasiumEnv:
             self._one_hot = int(obs_space.n)
             self._obs_start = int(obs_space.start)
         else:
-            raise ValueError(
-                f"{self.env_id}: observation space {obs_space} is not supported (Box or Discrete)"
+            raise UsageError(
+                f"{self._label}: observation space {obs_space} is not supported: allowed are "
+                f"{OBSERVATION_SPACES} (gymnasium.wrappers.FlattenObservation makes a Box of Tuple and Dict)"
             )
         self._obs_size = math.prod(self.obs_shape)
         if isinstance(action_space, spaces.Discrete):
@@ -174,8 +217,9 @@ class GymnasiumEnv:
             self.action_high = tuple(float(v) for v in action_space.high)
             self._action_dtype = action_space.dtype
         else:
-            raise ValueError(
-                f"{self.env_id}: action space {action_space} is not supported (Discrete or 1-D Box)"
+            raise UsageError(
+                f"{self._label}: action space {action_space} is not supported: allowed are "
+                f"{ACTION_SPACES}"
             )
 
     @property
@@ -266,7 +310,9 @@ class GymnasiumEnv:
 
     def reset(self, seed: int | None = None) -> StepResult:
         """Start a new episode in every row (sub-environment ``i`` seeded with ``seed + i`` when given)."""
-        obs, infos = self.vec.reset(seed=seed)
+        with warnings_once(python=True):
+            obs, infos = self.vec.reset(seed=seed)
+        self._checked_step = False
         self._raw_obs = np.array(obs, copy=True)
         self._host_mask = None
         self._read_mask(infos)
@@ -281,7 +327,8 @@ class GymnasiumEnv:
         mask = rows.detach().to("cpu", torch.bool).numpy().reshape(self.num_envs).copy()
         if not mask.any():
             return self.observe()
-        reset_obs, infos = self.vec.reset(options={"reset_mask": mask})
+        with warnings_once(python=True):
+            reset_obs, infos = self.vec.reset(options={"reset_mask": mask})
         self._read_mask(infos, mask)
         host = np.array(self._raw_obs, copy=True)
         host[mask] = np.asarray(reset_obs)[mask]
@@ -330,7 +377,10 @@ class GymnasiumEnv:
 
     def step(self, action: Tensor) -> StepResult:
         """Advance every row by one action; finished rows restart in the same call."""
-        obs, reward, terminated, truncated, infos = self.vec.step(self._host_action(action))
+        host_action = self._host_action(action)
+        with warnings_once(python=not self._checked_step):
+            obs, reward, terminated, truncated, infos = self.vec.step(host_action)
+        self._checked_step = True
         # SAME_STEP: a finished row's info is its reset's, matching the observation returned.
         self._read_mask(infos)
         terminated = np.asarray(terminated, dtype=bool)
@@ -350,7 +400,8 @@ class GymnasiumEnv:
             else:
                 # NEXT_STEP / DISABLED: ``obs`` is where the rows finished; reset just those rows now.
                 final_obs = np.array(obs, copy=True)
-                reset_obs, reset_infos = self.vec.reset(options={"reset_mask": done.copy()})
+                with warnings_once(python=True):
+                    reset_obs, reset_infos = self.vec.reset(options={"reset_mask": done.copy()})
                 self._read_mask(reset_infos, done)
                 obs = np.array(obs, copy=True)
                 obs[done] = np.asarray(reset_obs)[done]

@@ -65,6 +65,11 @@ class ContinuousMountainCarParams:
     """Reward per step is ``-action_cost * action**2`` on the unclipped action."""
 
 
+def _obs_bounds(p: MountainCarParams | ContinuousMountainCarParams) -> tuple[tuple[float, ...], ...]:
+    """Gymnasium's box: the position and speed clip limits."""
+    return (p.min_position, -p.max_speed), (p.max_position, p.max_speed)
+
+
 class MountainCarState(NamedTuple):
     """Inner state of N discrete mountain cars; every field is ``[N]`` float64."""
 
@@ -109,8 +114,13 @@ class MountainCarEnv(TensorEnv[MountainCarState]):
     obs_shape = (2,)
     num_actions = 3
     max_episode_steps = 200
+    obs_low, obs_high = _obs_bounds(MountainCarParams())
 
     params_type = MountainCarParams
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.obs_low, self.obs_high = _obs_bounds(self.params)
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> MountainCarState:
         u = torch.rand(num_envs, dtype=torch.float64, device=self.device, generator=generator)
@@ -155,6 +165,7 @@ class MountainCarContinuousEnv(TensorEnv[ContinuousMountainCarState]):
     action_low = (ContinuousMountainCarParams.min_action,)
     action_high = (ContinuousMountainCarParams.max_action,)
     max_episode_steps = 999
+    obs_low, obs_high = _obs_bounds(ContinuousMountainCarParams())
 
     params_type = ContinuousMountainCarParams
 
@@ -162,6 +173,7 @@ class MountainCarContinuousEnv(TensorEnv[ContinuousMountainCarState]):
         super().__init__(*args, **kwargs)
         self.action_low = (self.params.min_action,)
         self.action_high = (self.params.max_action,)
+        self.obs_low, self.obs_high = _obs_bounds(self.params)
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> ContinuousMountainCarState:
         u = torch.rand(num_envs, dtype=torch.float64, device=self.device, generator=generator)

@@ -69,6 +69,9 @@ class PendulumEnv(TensorEnv[PendulumState]):
     action_low = (-PendulumParams.max_torque,)
     action_high = (PendulumParams.max_torque,)
     max_episode_steps = 200
+    # Gymnasium's box: cosine and sine in ±1, the angular speed's clip limit.
+    obs_high = (1.0, 1.0, float(PendulumParams.max_speed))
+    obs_low = tuple(-v for v in obs_high)
 
     params_type = PendulumParams
 
@@ -76,6 +79,8 @@ class PendulumEnv(TensorEnv[PendulumState]):
         super().__init__(*args, **kwargs)
         self.action_low = (-self.params.max_torque,)
         self.action_high = (self.params.max_torque,)
+        self.obs_high = (1.0, 1.0, float(self.params.max_speed))
+        self.obs_low = tuple(-v for v in self.obs_high)
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> PendulumState:
         p = self.params

@@ -3,20 +3,37 @@
 
 Classes are registered as ``"module:ClassName"`` strings and imported on first use, so importing the registry
 does not import every environment (and environment modules may import the registry without a cycle).
+
+An id resolves, in this order, as: a registered id; a prefixed family (``"gym:<Gymnasium id>"``,
+:data:`PREFIXES`); an entry point ``"package.module:ClassName"`` (the module is imported, nothing needs
+registering); a name that an installed distribution declares in the ``rl_gpu.envs`` entry-point group::
+
+    [project.entry-points."rl_gpu.envs"]
+    MyEnv-v0 = "my_package.envs:MyEnv"
+
+The declared names are read once, on the first id that is none of the others, never by ``import rl_gpu``.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import re
 from typing import Any
 
 import torch
 
+from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import VecEnv
 
 _registry: dict[str, type | str] = {}
 _imported: dict[str, type] = {}
+_declared_read = False
+
+ENTRY_POINT_GROUP = "rl_gpu.envs"
+"""The entry-point group an installed distribution declares environment ids in (``id = "module:Class"``)."""
+
+_ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 PREFIXES: dict[str, str] = {"gym:": "rl_gpu.envs.gymnasium_env:GymnasiumEnv"}
 """Id prefixes that name a family of environments rather than one id: ``"gym:<any Gymnasium id>"`` builds
@@ -32,9 +49,62 @@ def _prefixed(env_id: object) -> tuple[str, str] | None:
     return None
 
 
+def is_entry_point(env_id: object) -> bool:
+    """True when ``env_id`` has the form ``"package.module:ClassName"`` (dotted identifiers on both sides);
+    a prefixed id such as ``"gym:CartPole-v1"`` is not one."""
+    return isinstance(env_id, str) and _prefixed(env_id) is None and bool(_ENTRY_POINT.fullmatch(env_id))
+
+
 def _load(entry: str):
     module_name, class_name = entry.split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    obj = importlib.import_module(module_name)
+    for name in class_name.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def _load_entry_point(entry: str, what: str) -> type:
+    """Import ``entry`` (``"module:Class"``) for ``what`` and check that it is an environment class; every
+    failure is one :class:`~rl_gpu.core.errors.UsageError` line naming what went wrong."""
+    module_name, class_name = entry.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UsageError(f"{what}: cannot import module {module_name!r} ({_one_line(e)}); an id with ':' "
+                         "names an environment class as 'package.module:ClassName' importable from sys.path"
+                         ) from e
+    except Exception as e:  # the module itself is broken (SyntaxError, an error raised at its import)
+        raise UsageError(f"{what}: importing module {module_name!r} failed: {type(e).__name__}: "
+                         f"{_one_line(e)}") from e
+    obj: Any = module
+    for name in class_name.split("."):
+        if not hasattr(obj, name):
+            raise UsageError(f"{what}: module {module_name!r} has no attribute {class_name!r}")
+        obj = getattr(obj, name)
+    try:
+        _check_env_class(obj, what)
+    except TypeError as e:
+        raise UsageError(str(e)) from None
+    return obj
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def _read_declared() -> None:
+    """Register, once, every id that installed distributions declare in :data:`ENTRY_POINT_GROUP` (ids
+    already registered win; a name declared twice keeps its first declaration)."""
+    global _declared_read
+    if _declared_read:
+        return
+    _declared_read = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        target = f"{ep.module}:{ep.attr}"
+        if ep.name and ep.name not in _registry and is_entry_point(target):
+            _registry[ep.name] = target
 
 
 PROTOCOL_MEMBERS = ("spec", "reset", "reset_rows", "step", "observe", "state_dict", "load_state_dict", "close")
@@ -43,7 +113,10 @@ PROTOCOL_MEMBERS = ("spec", "reset", "reset_rows", "step", "observe", "state_dic
 
 def _check_env_class(cls: object, what: str) -> None:
     """Refuse, at the boundary, a class that does not implement the environment protocol."""
-    missing = [m for m in PROTOCOL_MEMBERS if not isinstance(cls, type) or m not in dir(cls)]
+    if not isinstance(cls, type):
+        raise TypeError(f"{what} is a {type(cls).__name__}, not an environment class (a VecEnv such as a "
+                        "TensorEnv subclass)")
+    missing = [m for m in PROTOCOL_MEMBERS if m not in dir(cls)]
     if missing:
         raise TypeError(f"{what} is not an environment class (a VecEnv such as a TensorEnv subclass): "
                         f"missing {', '.join(missing)}")
@@ -56,7 +129,7 @@ def register(env_id: str, cls: type | str, *, override: bool = False) -> None:
     if not isinstance(env_id, str) or not env_id:
         raise ValueError(f"env_id must be a non-empty string, got {env_id!r}")
     if isinstance(cls, str):
-        if cls.count(":") != 1:
+        if not is_entry_point(cls):
             raise ValueError(f"entry point must look like 'package.module:ClassName', got {cls!r}")
     else:
         _check_env_class(cls, f"cls {cls!r}")
@@ -67,37 +140,50 @@ def register(env_id: str, cls: type | str, *, override: bool = False) -> None:
 
 
 def registered_ids() -> tuple[str, ...]:
-    """Every registered id, sorted."""
+    """Every registered id (those installed distributions declare included), sorted."""
+    _read_declared()
     return tuple(sorted(_registry))
 
 
 def is_known(env_id: str) -> bool:
-    """True for a registered id or a prefixed one (``"gym:..."``; the rest is checked when it is built)."""
-    return _prefixed(env_id) is not None or env_id in _registry
+    """True for a registered id, an id installed distributions declare (:data:`ENTRY_POINT_GROUP`), a
+    prefixed id (``"gym:..."``) or an entry point ``"package.module:ClassName"``. As for ``gym:`` ids, an
+    entry point's module is only imported when it is built: :func:`make` then says precisely what is wrong
+    (the module cannot be imported, has no such class, or the class is not an environment)."""
+    if not isinstance(env_id, str):
+        return False
+    if env_id in _registry or _prefixed(env_id) is not None or is_entry_point(env_id):
+        return True
+    _read_declared()
+    return env_id in _registry
 
 
 def env_class(env_id: str) -> type:
     """The class registered as ``env_id`` (importing it if registered by name); for a prefixed id such as
-    ``"gym:CartPole-v1"``, the class of its family (:data:`PREFIXES`)."""
+    ``"gym:CartPole-v1"``, the class of its family (:data:`PREFIXES`); for ``"package.module:ClassName"``,
+    that class. An id that resolves to nothing, a module that cannot be imported or a class that is not an
+    environment raise :class:`~rl_gpu.core.errors.UsageError` (a ``ValueError``) in one line."""
     prefixed = _prefixed(env_id)
     if prefixed is not None:
         return _load(prefixed[0])
+    if isinstance(env_id, str) and env_id not in _registry:
+        if is_entry_point(env_id):
+            return _load_entry_point(env_id, f"environment {env_id!r}")
+        _read_declared()
     try:
         cls = _registry[env_id]
     except (KeyError, TypeError):
         close = difflib.get_close_matches(str(env_id), _registry, n=3)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
         families = ", ".join(f"{prefix}<any Gymnasium id>" for prefix in PREFIXES)
-        raise ValueError(
+        raise UsageError(
             f"unknown environment id {env_id!r}.{hint} "
-            f"Registered ids: {', '.join(registered_ids())}, {families}"
+            f"Registered ids: {', '.join(registered_ids())}, {families}, or 'package.module:ClassName'"
         ) from None
     if isinstance(cls, type):
         return cls
     if env_id not in _imported:
-        imported = _load(cls)
-        _check_env_class(imported, f"{cls!r} (registered as {env_id!r})")
-        _imported[env_id] = imported
+        _imported[env_id] = _load_entry_point(cls, f"environment {env_id!r} (registered as {cls!r})")
     return _imported[env_id]
 
 
@@ -116,6 +202,9 @@ def make(
     ``g`` for Pendulum-v1, as ``gymnasium.make`` takes them). ``max_episode_steps`` replaces the class's time
     limit for this instance. Unknown ids raise ``ValueError`` listing the registered ones. ``"gym:<id>"``
     wraps Gymnasium's ``<id>`` (:class:`rl_gpu.envs.gymnasium_env.GymnasiumEnv`; ``kwargs`` go to it).
+    ``"package.module:ClassName"`` imports that module and builds that class, so your own environment needs
+    no registering; a checkpoint records the id as given, and ``rl-gpu evaluate`` / ``export`` build it again
+    wherever the module is importable.
     """
     cls = env_class(env_id)
     steps = max_episode_steps

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from rl_gpu.nn.actor_critic import ActorCritic, GaussianActorCritic
 from rl_gpu.nn.layers import MLP, Tanh
-from rl_gpu.runtime.checkpoint import atomic_write_bytes
+from rl_gpu.runtime.files import atomic_write_bytes, check_writable
 
 FORMATS = ("onnx", "torchscript")
 SUFFIXES = {".onnx": "onnx", ".pt": "torchscript", ".pth": "torchscript", ".ts": "torchscript"}
@@ -233,17 +233,27 @@ def to_torchscript_bytes(policy: nn.Module, metadata: dict | None = None, *,
     return buffer.getvalue()
 
 
-def export_policy(policy: nn.Module, output: Path, fmt: str, metadata: dict | None = None, *,
-                  action_low: Sequence[float] | Tensor | None = None,
-                  action_high: Sequence[float] | Tensor | None = None) -> Path:
-    """Write ``policy``'s deployable model to ``output`` atomically, as ``fmt`` (onnx or torchscript), with
-    continuous actions clamped to ``[action_low, action_high]`` when given."""
+def policy_bytes(policy: nn.Module, fmt: str, metadata: dict | None = None, *,
+                 action_low: Sequence[float] | Tensor | None = None,
+                 action_high: Sequence[float] | Tensor | None = None) -> bytes:
+    """``policy``'s deployable model serialised as ``fmt`` (onnx or torchscript), with continuous actions
+    clamped to ``[action_low, action_high]`` when given."""
     bounds = {"action_low": action_low, "action_high": action_high}
     if fmt == "onnx":
-        data = to_onnx_bytes(policy, metadata, **bounds)
-    elif fmt == "torchscript":
-        data = to_torchscript_bytes(policy, metadata, **bounds)
-    else:
-        raise ExportError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
-    atomic_write_bytes(Path(output), data)
+        return to_onnx_bytes(policy, metadata, **bounds)
+    if fmt == "torchscript":
+        return to_torchscript_bytes(policy, metadata, **bounds)
+    raise ExportError(f"unknown format {fmt!r}; choose one of: {', '.join(FORMATS)}")
+
+
+def export_policy(policy: nn.Module, output: Path, fmt: str, metadata: dict | None = None, *,
+                  action_low: Sequence[float] | Tensor | None = None,
+                  action_high: Sequence[float] | Tensor | None = None,
+                  inputs: Sequence[str | Path] = ()) -> Path:
+    """Write ``policy``'s deployable model to ``output`` atomically, as ``fmt`` (onnx or torchscript), with
+    continuous actions clamped to ``[action_low, action_high]`` when given. ``output`` must be a regular file
+    or not exist, and none of ``inputs`` (:func:`rl_gpu.runtime.files.check_writable`)."""
+    check_writable(output, inputs)
+    data = policy_bytes(policy, fmt, metadata, action_low=action_low, action_high=action_high)
+    atomic_write_bytes(Path(output), data, inputs)
     return Path(output)

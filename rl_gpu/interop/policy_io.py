@@ -1,25 +1,200 @@
-"""Loading a trained policy from a checkpoint, ready to act."""
+"""Loading a trained policy from a checkpoint, ready to act: :func:`load_policy` (the network and the
+checkpoint's payload) and :func:`load` (``rl_gpu.load``: a :class:`LoadedPolicy` that takes tensors or numpy
+arrays).
+
+The network is rebuilt from ``policy_config`` on the ``meta`` device first (no memory, no initialisation), so
+the stored weights are checked against the architecture before anything is allocated: every tensor the
+architecture needs, with its exact shape and dtype, and nothing else. A checkpoint of another environment or
+architecture, or with NaN or infinite weights, is refused with one line naming the file and the mismatch.
+"""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from rl_gpu.nn.actor_critic import build_policy
-from rl_gpu.runtime.checkpoint import CheckpointError, load_checkpoint
+from rl_gpu.runtime.checkpoint import CheckpointError, load_checkpoint, policy_part
+
+POLICY_KEYS = {
+    "categorical": {"obs_dim": int, "num_actions": int, "hidden_sizes": list, "normalize_obs": bool},
+    "gaussian": {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize_obs": bool,
+                 "init_log_std": float},
+}
+REQUIRED_KEYS = {"categorical": ("obs_dim", "num_actions"), "gaussian": ("obs_dim", "action_dim")}
 
 
-def load_policy(path: str | Path, device: torch.device | str = "cpu") -> tuple[nn.Module, dict]:
-    """Rebuild the policy stored in a checkpoint; returns ``(policy in eval mode, payload)``. Raises
-    :class:`~rl_gpu.runtime.checkpoint.CheckpointError` with a one-line reason when it holds no usable policy."""
+def _unusable(path: Path, why: str) -> CheckpointError:
+    return CheckpointError(f"{path}: checkpoint does not hold a usable policy ({why})")
+
+
+def _checked_config(config: dict, path: Path, num_tensors: int) -> dict:
+    """``policy_config`` with its kind, keys and value types checked (sizes: against the weights)."""
+    kind = config.get("kind")
+    if not isinstance(kind, str) or kind not in POLICY_KEYS:
+        raise _unusable(path, f"unknown policy kind {kind!r}; known: 'categorical', 'gaussian'")
+    allowed = POLICY_KEYS[kind]
+    unknown = sorted(set(config) - set(allowed) - {"kind"})
+    if unknown:
+        raise _unusable(path, f"policy_config has unknown entries {unknown[:5]}")
+    missing = [k for k in REQUIRED_KEYS[kind] if k not in config]
+    if missing:
+        raise _unusable(path, f"policy_config lacks {', '.join(missing)}")
+    for key, value in config.items():
+        expected = allowed.get(key)
+        if expected is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise _unusable(path, f"policy_config {key} is {value!r}, expected a positive integer")
+        if expected is bool and not isinstance(value, bool):
+            raise _unusable(path, f"policy_config {key} is {value!r}, expected true or false")
+        if expected is float and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value)):
+            raise _unusable(path, f"policy_config {key} is {value!r}, expected a finite number")
+    hidden = config.get("hidden_sizes", [64, 64])
+    # Each hidden layer holds a weight and a bias in the actor and in the critic: more layers than the stored
+    # tensors could fill is a mismatch, found before building anything.
+    if (not isinstance(hidden, (list, tuple)) or len(hidden) > num_tensors
+            or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0 for h in hidden)):
+        raise _unusable(path, f"policy_config hidden_sizes is {str(hidden)[:80]}, expected a list of "
+                        "positive integers matching the stored weights")
+    return dict(config)
+
+
+def rebuild_policy(config: Any, state: dict[str, Tensor], path: str | Path,
+                   require_finite: bool = True) -> nn.Module:
+    """The policy described by ``config`` holding ``state``'s tensors (on their device), checked: the same
+    tensor names, shapes and dtypes as the architecture, and (``require_finite``) finite weights."""
     path = Path(path)
-    payload = load_checkpoint(path, device)
+    config = _checked_config(config, path, len(state))
     try:
-        policy = build_policy(payload["policy_config"]).to(device)
-        policy.load_state_dict(payload["algorithm"]["policy"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path}: checkpoint does not hold a usable policy ({first[:160]})") from None
-    return policy.eval(), payload
+        with torch.device("meta"):
+            skeleton = build_policy(config)
+    except (TypeError, ValueError) as e:
+        raise _unusable(path, f"policy_config {str(e).strip()[:160]}") from None
+    expected = skeleton.state_dict()
+    missing, unexpected = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
+    if missing or unexpected:
+        parts = ([f"missing {', '.join(missing[:4])}"] if missing else []) + (
+            [f"unexpected {', '.join(map(repr, unexpected[:4]))}"] if unexpected else [])
+        raise _unusable(path, f"the weights do not match policy_config: {'; '.join(parts)}")
+    for name, want in expected.items():
+        got = state[name]
+        if tuple(got.shape) != tuple(want.shape):
+            raise _unusable(path, f"{name} has shape {list(got.shape)}, the architecture in policy_config "
+                            f"needs {list(want.shape)}: weights of another environment or architecture")
+        if got.dtype != want.dtype:
+            raise _unusable(path, f"{name} is {got.dtype}, the architecture needs {want.dtype}")
+    if require_finite:
+        bad = [n for n, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        if bad:
+            raise CheckpointError(f"{path}: the policy's weights hold NaN or infinite values "
+                                  f"({', '.join(bad[:4])}); refusing to use them")
+        negative = [n for n in ("obs_rms.var", "obs_rms.count") if n in state and bool((state[n] < 0).any())]
+        if negative:
+            raise CheckpointError(f"{path}: the policy's observation statistics are negative "
+                                  f"({', '.join(negative)}); refusing to use them")
+    # assign=True: the module takes the stored tensors themselves (copies, so the payload stays untouched).
+    skeleton.load_state_dict({k: v.clone() for k, v in state.items()}, assign=True)
+    leftover = [n for n, t in [*skeleton.named_parameters(), *skeleton.named_buffers()] if t.is_meta]
+    if leftover:
+        raise _unusable(path, f"no stored value for {', '.join(leftover[:4])}")
+    return skeleton
+
+
+def load_policy(path: str | Path, device: torch.device | str = "cpu",
+                require_finite: bool = True) -> tuple[nn.Module, dict]:
+    """Rebuild the policy stored in a checkpoint; returns ``(policy in eval mode on device, payload)``.
+
+    Raises :class:`~rl_gpu.runtime.checkpoint.CheckpointError` with a one-line reason when the file holds no
+    usable policy: unreadable or damaged, weights that do not match ``policy_config``, or (``require_finite``)
+    NaN or infinite weights."""
+    path = Path(path)
+    payload = load_checkpoint(path, "cpu")
+    config, state = policy_part(payload, path)
+    policy = rebuild_policy(config, state, path, require_finite)
+    return policy.to(device).eval(), payload
+
+
+class LoadedPolicy:
+    """A checkpoint's policy, ready to act: ``act(obs, mask=None, deterministic=True)`` -> actions.
+
+    Attributes: ``policy`` (the ``nn.Module``, eval mode), ``env_id`` (what it was trained on), ``device``,
+    ``checkpoint`` (the file), ``payload`` (all the checkpoint holds: ``update``, ``config``, ...),
+    ``obs_dim``, ``is_continuous`` and ``num_actions`` (discrete) or ``action_dim`` (continuous).
+    """
+
+    def __init__(self, policy: nn.Module, payload: dict, checkpoint: Path, device: torch.device) -> None:
+        self.policy = policy
+        self.payload = payload
+        self.checkpoint = checkpoint
+        self.device = device
+        self.env_id: str | None = payload.get("env_id")
+        self.obs_dim = int(policy.obs_dim)
+        self.is_continuous = bool(policy.is_continuous)
+        self.num_actions = None if self.is_continuous else int(policy.num_actions)
+        self.action_dim = int(policy.action_dim) if self.is_continuous else None
+
+    def __repr__(self) -> str:
+        actions = f"action_dim={self.action_dim}" if self.is_continuous else f"num_actions={self.num_actions}"
+        return (f"LoadedPolicy(env_id={self.env_id!r}, obs_dim={self.obs_dim}, {actions}, "
+                f"checkpoint='{self.checkpoint}', device={self.device})")
+
+    def _tensor(self, value: Any, name: str, dtype: torch.dtype, size: int) -> tuple[Tensor, bool]:
+        try:
+            tensor = torch.as_tensor(value, device=self.device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"{name} must be a tensor or array of numbers ({str(e).strip()[:120]})") \
+                from None
+        if tensor.dtype == torch.bool and dtype != torch.bool or tensor.is_complex():
+            raise ValueError(f"{name} must be real numbers, got {tensor.dtype}")
+        if tensor.ndim not in (1, 2) or tensor.shape[-1] != size:
+            raise ValueError(f"{name} must have shape [N, {size}] or [{size}], got {list(tensor.shape)}")
+        return tensor.to(dtype), tensor.ndim == 1
+
+    @torch.no_grad()
+    def act(self, obs: Any, mask: Any = None, deterministic: bool = True,
+            generator: torch.Generator | None = None) -> Any:
+        """Actions for observations ``obs`` (``[N, O]`` or one ``[O]``; a tensor, a numpy array or a list).
+
+        ``mask`` (discrete policies, ``[N, A]`` or ``[A]``, True = legal) restricts the choice to legal
+        actions. ``deterministic``: the most probable action (the Gaussian's mean for continuous actions),
+        else a sample drawn with ``generator``. Returns ``[N]`` int64 (discrete) or ``[N, D]`` float32
+        actions, ``[]`` / ``[D]`` for one observation, as a numpy array when ``obs`` is one, else a tensor on
+        ``device``.
+        """
+        as_numpy = type(obs).__module__ == "numpy"
+        x, single = self._tensor(obs, "obs", torch.float32, self.obs_dim)
+        if mask is not None:
+            if self.is_continuous:
+                raise ValueError("mask applies to discrete actions; this policy's actions are continuous")
+            m, _ = self._tensor(mask, "mask", torch.bool, self.num_actions)
+            m = m.reshape(-1, self.num_actions)
+            if m.shape[0] not in (1, x.reshape(-1, self.obs_dim).shape[0]):
+                raise ValueError(f"mask has {m.shape[0]} rows, obs has "
+                                 f"{x.reshape(-1, self.obs_dim).shape[0]}")
+            if not bool(m.any(-1).all()):
+                raise ValueError("mask allows no action in some row")
+            mask = m.expand(x.reshape(-1, self.obs_dim).shape[0], -1)
+        action = self.policy.act(x.reshape(-1, self.obs_dim), mask, generator, deterministic).action
+        if single:
+            action = action[0]
+        return action.cpu().numpy() if as_numpy else action
+
+    __call__ = act
+
+
+def load(checkpoint: str | Path, device: torch.device | str = "cpu") -> LoadedPolicy:
+    """``rl_gpu.load``: the policy of a checkpoint written by ``rl-gpu train`` (``best.pt`` or ``last.pt``),
+    ready to act. Raises :class:`~rl_gpu.runtime.checkpoint.CheckpointError` (a ``ValueError``, one line)
+    for a file that holds no usable policy. Nothing in the file is executed (weights-only loading)."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device {device!r}: {str(e).strip()[:120]}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device}: no CUDA device is available; use device='cpu'")
+    policy, payload = load_policy(checkpoint, device)
+    return LoadedPolicy(policy, payload, Path(checkpoint), device)

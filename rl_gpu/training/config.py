@@ -1,16 +1,44 @@
 """Typed training configuration: field docstrings become ``--help``. Per-environment defaults are in
-:mod:`rl_gpu.cli.presets`."""
+:mod:`rl_gpu.cli.presets`.
+
+Every way a configuration arrives (flags, ``--config FILE``, a run's saved configuration, Python code) goes
+through :class:`TrainConfig`'s own checks: types by :mod:`rl_gpu.core.schema` (ints are not bools, every float is
+finite, unknown keys are refused), then the ranges below. Limits that depend on the machine (threads, memory)
+are checked by :func:`check_machine_limits` and :mod:`rl_gpu.training.resources` when a run starts, so a
+configuration saved on a larger machine can still be read, and resumed with smaller settings, elsewhere.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from rl_gpu.algos.ppo.config import PPOConfig
+from rl_gpu.core.errors import UsageError
+from rl_gpu.core.schema import check_fields, from_dict
 
 DEFAULT_ENV = "RussianRoulette-v0"
+
+MAX_UPDATES = 10**9
+"""Upper bound of the update counts (--max-updates, --min-updates, --eval-every, ...)."""
+MAX_NUM_STEPS = 10**6
+"""Upper bound of --num-steps."""
+MAX_EPISODES = 10**8
+"""Upper bound of --eval-episodes and --final-eval-episodes."""
+MAX_TIMESTEPS = 10**15
+"""Upper bound of --total-timesteps."""
+MAX_SEED = 2**63 - 1
+"""Seeds are stored as signed 64-bit integers by the tools that read the run files."""
+
+SAVED_EXTRA_KEYS = frozenset({"seed", "num_steps_resolved", "run_environment"})
+"""Keys a run's config.json records besides the settings; reading it back accepts exactly these."""
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -28,11 +56,11 @@ class TrainConfig:
     num_envs: int = 4096
     """N, environments stepped together"""
     num_steps: int | None = None
-    """T, steps per rollout (default: the longest episode for turn-based games, else the preset)"""
+    """T, steps per rollout, at most 1,000,000; None: the longest game for turn-based games, else 128"""
     learning_rate: float = 1e-3
     """Adam learning rate"""
     anneal_lr: bool = False
-    """decay the learning rate linearly to 0 over --max-updates"""
+    """decay the learning rate linearly to 0 over --max-updates (over --total-timesteps when given)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """hidden layer widths of the actor and of the critic"""
     normalize_obs: bool = False
@@ -40,40 +68,50 @@ class TrainConfig:
     init_log_std: float = 0.0
     """continuous actions: initial log standard deviation of the Gaussian policy"""
     min_updates: int = 150
-    """no success is declared before this many updates"""
+    """no success is declared before this many updates (a preset's value above a given --max-updates is lowered
+    to it, with a note; both given with --min-updates above --max-updates is refused)"""
     max_updates: int = 1000
-    """give up (exit code 1) after this many updates without success"""
+    """give up (exit code 1) after this many updates without success (at most 10**9; not used with
+    --total-timesteps)"""
+    total_timesteps: int | None = None
+    """step budget: train for this many environment steps, then stop (exit code 0, status budget_spent); the
+    learning-rate schedule runs over it and a success goal is optional (--solve-threshold, or a turn-based game's
+    --success-z, still ends the run early when met). At most 10**15; None: train by --max-updates"""
     eval_every: int = 25
     """validate every this many updates"""
     eval_episodes: int = 16384
-    """episodes per validation"""
+    """episodes per validation (at most 10**8)"""
     final_eval_episodes: int = 24576
-    """episodes of the final evaluation of best.pt on fresh seeds"""
+    """episodes of the final evaluation of best.pt on fresh seeds (at most 10**8)"""
     consecutive_passes: int = 3
     """validations in a row (at or after --min-updates) that must pass"""
     success_z: float = 3.0
     """turn-based games: a validation passes when the win rate beats the initial policy's by this many
     standard errors (3.0: one-sided p < 0.0014)"""
     solve_threshold: float | None = None
-    """single-player tasks: a validation passes when the mean episode return reaches this"""
+    """single-player tasks: a validation passes when the mean episode return reaches this (required unless
+    --total-timesteps is given)"""
     deterministic_eval: bool = False
     """evaluate with the most probable action instead of sampling"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto: CUDA when available, else CPU"""
     threads: int = 1
-    """torch intra-op CPU threads (1: on small machines more threads stalled whenever another core was busy)"""
+    """torch intra-op CPU threads, from 1 to 4 x the CPU count (1: on small machines more threads stalled
+    whenever another core was busy)"""
     compile: Literal["auto", "off", "inductor", "cudagraphs"] = "auto"
     """hot loop: off = eager; inductor = torch.compile the rollout step, GAE and minibatch loss (first update
     pays the compile time); cudagraphs = inductor + each whole iteration (rollout and update) replayed as one
     CUDA graph (CUDA only); auto = cudagraphs on CUDA, off on CPU (why: benchmarks/README.md)"""
     overwrite: bool = False
-    """replace an existing run directory instead of refusing"""
+    """replace an existing run directory instead of refusing (never saved: a repeated run refuses again)"""
     config: Path | None = None
     """start from the settings in this JSON file (a run's config.json, so any run can be repeated exactly);
-    flags given as well override it"""
+    flags given as well override it; unknown keys are refused"""
     resume: Path | None = None
-    """continue the run in this directory (OUTPUT/seed-N) from its last.pt; other flags keep their saved
-    values, except --max-updates, --device, --threads, --log-every, --checkpoint-every, --final-eval-episodes"""
+    """continue the run in this directory (OUTPUT/seed-N) from its last.pt; other settings keep their saved
+    values, except --max-updates, --total-timesteps, --device, --threads, --compile, --log-every,
+    --checkpoint-every, --final-eval-episodes, --quiet; a finished run is refused unless --max-updates (or
+    --total-timesteps) is raised"""
     checkpoint_every: int = 10
     """write last.pt every this many updates (a crash loses at most this many)"""
     log_every: int = 5
@@ -84,26 +122,42 @@ class TrainConfig:
     """PPO hyper-parameters (flags without a prefix: --gamma, --clip-coef, ...)"""
 
     def __post_init__(self) -> None:
-        positive = ["num_envs", "min_updates", "max_updates", "eval_every", "eval_episodes",
-                    "final_eval_episodes", "consecutive_passes", "threads", "log_every", "checkpoint_every"]
-        for name in positive:
+        # Obvious spellings from Python code: a list for a tuple, a string for a path.
+        for name in ("seeds", "hidden_sizes"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("output", "config", "resume"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        check_fields(self, label=_flag)
+        bounded = {"num_envs": None, "min_updates": MAX_UPDATES, "max_updates": MAX_UPDATES,
+                   "eval_every": MAX_UPDATES, "eval_episodes": MAX_EPISODES, "final_eval_episodes": MAX_EPISODES,
+                   "consecutive_passes": MAX_UPDATES, "threads": None, "log_every": MAX_UPDATES,
+                   "checkpoint_every": MAX_UPDATES, "num_steps": MAX_NUM_STEPS, "total_timesteps": MAX_TIMESTEPS}
+        for name, most in bounded.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        if self.num_steps is not None and self.num_steps <= 0:
-            raise ValueError(f"--num-steps must be a positive integer, got {self.num_steps!r}")
+            if value is None:
+                continue  # num_steps, total_timesteps: optional
+            if value <= 0:
+                raise UsageError(f"{_flag(name)} must be a positive integer, got {value!r}")
+            if most is not None and value > most:
+                raise UsageError(f"{_flag(name)} must be at most {most:,}, got {value:,}")
         if not self.seeds:
-            raise ValueError("--seeds needs at least one seed")
+            raise UsageError("--seeds needs at least one seed")
         if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"--seeds has duplicates: {list(self.seeds)}")
-        if any(s < 0 for s in self.seeds):
-            raise ValueError(f"--seeds must be non-negative, got {list(self.seeds)}")
+            raise UsageError(f"--seeds has duplicates: {list(self.seeds)}")
+        if any(not 0 <= s <= MAX_SEED for s in self.seeds):
+            raise UsageError(f"--seeds must be between 0 and 2**63 - 1, got {list(self.seeds)}")
         if self.min_updates > self.max_updates:
-            raise ValueError(f"--min-updates ({self.min_updates}) exceeds --max-updates ({self.max_updates})")
+            raise UsageError(f"--min-updates ({self.min_updates}) exceeds --max-updates ({self.max_updates}): pass "
+                             f"--min-updates {self.max_updates} or lower, or a larger --max-updates")
         if not self.learning_rate > 0:
-            raise ValueError(f"--learning-rate must be positive, got {self.learning_rate!r}")
+            raise UsageError(f"--learning-rate must be positive, got {self.learning_rate!r}")
         if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
-            raise ValueError(f"--hidden-sizes must be positive widths, got {list(self.hidden_sizes)}")
+            raise UsageError(f"--hidden-sizes must be positive widths, got {list(self.hidden_sizes)}")
+        if not -20.0 <= self.init_log_std <= 20.0:
+            # exp(log std) must stay a usable float32 standard deviation.
+            raise UsageError(f"--init-log-std must be between -20 and 20, got {self.init_log_std!r}")
 
     def algo_config(self):
         """The hyper-parameters of the chosen algorithm (the section named by ``algo``)."""
@@ -119,25 +173,39 @@ class TrainConfig:
             if dataclasses.is_dataclass(v):
                 return {k: plain(x) for k, x in dataclasses.asdict(v).items()}
             return v
-        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        values = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        # A saved configuration never replaces a run: repeating it (--config RUN/config.json) must refuse an
+        # existing run directory unless --overwrite is given again.
+        values["overwrite"] = False
+        return values
 
 
 RESUMABLE_CHANGES = frozenset(
-    {"max_updates", "device", "threads", "compile", "log_every", "checkpoint_every", "final_eval_episodes",
-     "resume", "overwrite", "output", "seeds", "config", "quiet"}
+    {"max_updates", "total_timesteps", "device", "threads", "compile", "log_every", "checkpoint_every",
+     "final_eval_episodes", "resume", "overwrite", "output", "seeds", "config", "quiet"}
 )
 """Fields that may differ from the saved configuration when a run is resumed."""
 
 
 def config_from_dict(data: dict) -> TrainConfig:
-    """Rebuild a :class:`TrainConfig` from :meth:`TrainConfig.to_dict` output; keys that are not settings
-    (a run's config.json also records versions and hardware) are ignored."""
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
-    data = {k: v for k, v in data.items() if k in known}
-    ppo_known = {f.name for f in dataclasses.fields(PPOConfig)}
-    ppo = PPOConfig(**{k: v for k, v in data.pop("ppo", {}).items() if k in ppo_known})
-    tuples = {"seeds", "hidden_sizes"}
-    paths = {"output", "resume"}
-    values = {k: (tuple(v) if k in tuples else Path(v) if k in paths and v is not None else v)
-              for k, v in data.items()}
-    return TrainConfig(ppo=ppo, **values)
+    """Rebuild a :class:`TrainConfig` from :meth:`TrainConfig.to_dict` output (a ``--config`` file, a run's
+    config.json, a checkpoint's configuration), checked as strictly as flags.
+
+    Accepts the settings and :data:`SAVED_EXTRA_KEYS`; ``overwrite`` is ignored (a file never replaces a run).
+
+    Raises:
+        UsageError: an unknown key (naming the nearest known one), a value of the wrong type or out of range.
+    """
+    return from_dict(TrainConfig, data, extra=SAVED_EXTRA_KEYS, ignore=("overwrite",))
+
+
+def thread_limit() -> int:
+    """The most intra-op threads a run may ask for: 4 per CPU."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_machine_limits(config: TrainConfig) -> None:
+    """Limits that depend on this machine (checked when a run starts, not when a configuration is read)."""
+    if config.threads > thread_limit():
+        raise UsageError(f"--threads must be between 1 and {thread_limit()} (4 x this machine's "
+                         f"{os.cpu_count() or 1} CPUs), got {config.threads:,}")

@@ -78,12 +78,37 @@ class WinRateVsBaseline:
         return f"win rate {result.win_rate:.4f} [{result.ci_low:.4f}, {result.ci_high:.4f}]"
 
 
-def goal_for(spec: EnvSpec, env_id: str, solve_threshold: float | None, success_z: float) -> Goal:
-    """The goal of a task: a win rate against the baseline for several players, else a return threshold (which
-    a single-player task must be given)."""
+@dataclass(frozen=True)
+class BestReturn:
+    """Single-player tasks trained for a step budget without a threshold: no validation passes (the budget
+    ends the run); best.pt is the validation with the highest mean return."""
+
+    headline: str = "episode_return"
+    source: str = "episode_return"
+    multi_player: bool = False
+
+    def score(self, result: EvalResult) -> float:
+        return result.mean_return
+
+    def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
+        return False, "no --solve-threshold: training until the budget is spent"
+
+    def describe(self, result: EvalResult) -> str:
+        return f"mean return {result.mean_return:.2f} ± {result.return_ci:.2f}"
+
+
+def goal_for(spec: EnvSpec, env_id: str, solve_threshold: float | None, success_z: float,
+             budget: bool = False) -> Goal:
+    """The goal of a task: a win rate against the baseline for several players, else a return threshold.
+
+    A single-player task needs ``solve_threshold`` unless the run has a step budget (``budget``): then success
+    is optional and, without a threshold, only the budget ends the run.
+    """
     if spec.num_players > 1:
         return WinRateVsBaseline(success_z)
     if solve_threshold is None:
+        if budget:
+            return BestReturn()
         raise UsageError(f"{env_id} is a single-player task: give --solve-threshold (the mean validation return "
-                         "that counts as solved)")
+                         "that counts as solved), or a step budget with --total-timesteps")
     return ReturnThreshold(solve_threshold)

@@ -5,15 +5,16 @@ The runner talks to the algorithm only through :class:`~rl_gpu.algos.base.Algori
 :class:`~rl_gpu.core.types.VecEnv`, and asks a goal (:mod:`rl_gpu.training.goals`) what success means.
 
 A run can stop at any moment and continue exactly: ``last.pt`` holds everything the next iteration depends on
-(the algorithm's state, the environments' state where the engine allows it, every random stream, counters and
-the validation streak), files are replaced atomically, and a resumed run produces the same parameters and
-metrics, bit for bit on the CPU, as one that never stopped.
+(:mod:`rl_gpu.training.checkpointing`; written from update 0, and only with finite parameters), files are
+replaced atomically, and a resumed run produces the same parameters and metrics, bit for bit on the CPU, as one
+that never stopped. A stop signal ends an evaluation at once (it writes nothing); a finished run is not trained
+again (:mod:`rl_gpu.training.lifecycle`).
 """
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import signal
 import time
 from dataclasses import dataclass
@@ -30,25 +31,25 @@ from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import VecEnv
 from rl_gpu.envs.registry import is_known, make, registered_ids
-from rl_gpu.nn.actor_critic import UniformRandomPolicy
-from rl_gpu.runtime.checkpoint import (
-    CheckpointError,
-    atomic_write_bytes,
-    atomic_write_json,
-    load_checkpoint,
-    save_checkpoint,
-)
+from rl_gpu.runtime.checkpoint import CheckpointError, atomic_write_json, load_checkpoint
 from rl_gpu.runtime.compile import resolve_compile
 from rl_gpu.runtime.hardware import run_environment
-from rl_gpu.training.config import TrainConfig
-from rl_gpu.training.evaluation import EvalResult, evaluate_policy, improvement_z
+from rl_gpu.training.checkpointing import CheckpointMixin
+from rl_gpu.training.config import TrainConfig, check_machine_limits
+from rl_gpu.training.evaluation import EvalResult, evaluate_policy
+from rl_gpu.training.final_eval import final_evaluation
 from rl_gpu.training.goals import goal_for
+from rl_gpu.training.lifecycle import FINAL_STATUSES, check_checkpoint_belongs, check_resumable
+from rl_gpu.training.resources import check_memory
 from rl_gpu.training.run_dir import check_run_dirs, prepare_run_dir
 from rl_gpu.training.run_logger import PhaseMark, RunLogger
-from rl_gpu.training.signals import StopRequest
+from rl_gpu.training.seed_summary import describe as describe_seeds
+from rl_gpu.training.seed_summary import seed_summary
+from rl_gpu.training.signals import Stopped, StopRequest
 
 EXIT_SUCCESS, EXIT_GOAL_NOT_MET, EXIT_USAGE, EXIT_NUMERICAL = 0, 1, 2, 3
-"""Exit codes of ``rl-gpu train``; an interrupted run exits 128 + the signal number (130, 143)."""
+"""Exit codes of ``rl-gpu train`` (a spent step budget is a success too); an interrupted run exits 128 + the
+signal number (130, 143)."""
 
 VOLATILE_METRICS = ("time", "steps_per_second", "collect_seconds", "update_seconds", "iterate_seconds")
 """Fields of metrics.jsonl that measure wall time and so differ between otherwise identical runs."""
@@ -79,8 +80,9 @@ class MetricsLine(NamedTuple):
 
 @dataclass
 class RunResult:
-    """Outcome of one seed's run. ``status`` is ``success``, ``goal_not_met``, ``numerical_error``,
-    ``paused`` or ``interrupted`` (then ``signum`` is the signal that stopped it)."""
+    """Outcome of one seed's run. ``status`` is ``success``, ``goal_not_met``, ``budget_spent`` (the three
+    final ones: a summary.json is written), ``numerical_error``, ``paused`` or ``interrupted`` (then ``signum``
+    is the signal that stopped it)."""
 
     seed: int
     run_dir: Path
@@ -93,8 +95,12 @@ class RunResult:
     def success(self) -> bool:
         return self.status == "success"
 
+    @property
+    def finished(self) -> bool:
+        return self.status in FINAL_STATUSES
 
-class Trainer:
+
+class Trainer(CheckpointMixin):
     """One seed's run of an algorithm on one environment id.
 
     Args:
@@ -115,7 +121,8 @@ class Trainer:
         self.device = resolve_device(config.device)
         torch.manual_seed(derive_seed(seed, "torch"))
         self.env: VecEnv = self.make_env(config.num_envs, derive_seed(seed, "train-env"))
-        self.goal = goal_for(self.env.spec, config.env, config.solve_threshold, config.success_z)
+        self.goal = goal_for(self.env.spec, config.env, config.solve_threshold, config.success_z,
+                             budget=config.total_timesteps is not None)
         try:
             setup = Setup(
                 env=self.env, seed=seed, learning_rate=config.learning_rate, anneal_lr=config.anneal_lr,
@@ -135,6 +142,14 @@ class Trainer:
         self.best_update = 0
         self.streak = 0
         self.baseline: EvalResult | None = None
+        self.validation_due = False
+        """A stop came between this update and its validation: the validation runs first when resumed."""
+        self.resumed = False
+        self.activity = ""
+        """What the run is doing, for the message of a stop that cuts an evaluation short."""
+        self.stop = StopRequest()
+        self.step_bound = config.num_envs * self.num_steps
+        """Transitions one update takes at most (turn-based games pad finished games, so take fewer)."""
 
     def make_env(self, num_envs: int, seed: int) -> VecEnv:
         try:
@@ -143,184 +158,172 @@ class Trainer:
             raise UsageError(str(e)) from None
 
     def evaluate(self, policy, episodes: int, purpose: str) -> EvalResult:
-        return evaluate_policy(
-            policy, self.make_env, episodes, derive_seed(self.seed, purpose),
-            deterministic=self.config.deterministic_eval,
-        )
-
-    def state_dict(self) -> dict:
-        """Everything the next update depends on, as tensors and plain values (``weights_only``-loadable)."""
-        return {
-            "algorithm": self.algo.state_dict(),
-            "initial_policy": self.initial_policy.state_dict(),
-            "env": self.env.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "update": self.update,
-            "global_step": self.global_step,
-            "train_seconds": self.train_seconds,
-            "best_score": self.best_score,
-            "best_update": self.best_update,
-            "streak": self.streak,
-            "baseline": self.baseline.to_dict() if self.baseline is not None else None,
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.algo.load_state_dict(state["algorithm"])
-        self.initial_policy.load_state_dict(state["initial_policy"])
-        self.env.load_state_dict(state["env"])
-        if not self.env.spec.exact_resume:
-            self.log(f"[seed {self.seed}] note: {self.config.env} keeps its state outside tensors; the "
-                     "environments restart with a fresh reset, so this resume is not bit-exact")
-        torch.set_rng_state(state["torch_rng"].cpu())
-        if torch.cuda.is_available() and state["cuda_rng"]:
-            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
-        self.update = state["update"]
-        self.global_step = state["global_step"]
-        self.train_seconds = state["train_seconds"]
-        self.best_score = state["best_score"]
-        self.best_update = state["best_update"]
-        self.streak = state["streak"]
-        self.baseline = EvalResult.from_dict(state["baseline"]) if state["baseline"] is not None else None
-
-    def checkpoint_payload(self, validation: EvalResult | None = None) -> dict:
-        return {
-            "env_id": self.config.env,
-            "algo": self.config.algo,
-            "policy_config": self.algo.policy.config(),
-            "update": self.update,
-            "global_step": self.global_step,
-            "seed": self.seed,
-            "config": self.config.to_dict(),
-            "validation": validation.to_dict() if validation is not None else None,
-            "trainer": self.state_dict(),
-            # Kept at the top level too: evaluate/export read the policy without the trainer state.
-            "algorithm": {"policy": self.algo.policy.state_dict()},
-        }
-
-    def save(self, name: str, validation: EvalResult | None = None) -> None:
-        save_checkpoint(self.run_dir / name, self.checkpoint_payload(validation))
-
-    def resume_from(self, path: Path) -> None:
-        """Load ``path`` (a ``last.pt``) and drop metric lines written after it, so the run continues as if it
-        had never stopped."""
-        payload = load_checkpoint(path, self.device)
-        if payload.get("env_id") != self.config.env or "trainer" not in payload:
-            raise CheckpointError(f"{path}: not a resumable checkpoint of a {self.config.env} run")
-        if "env" not in payload["trainer"]:
-            raise CheckpointError(f"{path}: written by rl_gpu before 0.2, whose training state this version cannot "
-                                  "continue; evaluate and export still read it, or start a new run")
-        try:
-            self.load_state_dict(payload["trainer"])
-        except (KeyError, RuntimeError, ValueError, TypeError) as e:
-            raise CheckpointError(f"{path}: checkpoint does not match this run ({str(e).splitlines()[0][:160]})")
-        metrics = self.run_dir / "metrics.jsonl"
-        if metrics.exists():
-            kept = []
-            for line in metrics.read_text().splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a crash
-                if record.get("update", 0) <= self.update:
-                    kept.append(line)
-            atomic_write_bytes(metrics, "".join(line + "\n" for line in kept).encode())
+        """An evaluation that a stop signal cuts short (:class:`Stopped`): it writes nothing."""
+        with self.stop.abortable():
+            return evaluate_policy(
+                policy, self.make_env, episodes, derive_seed(self.seed, purpose),
+                deterministic=self.config.deterministic_eval,
+            )
 
     def run(self, stop: StopRequest | None = None, stop_after: int | None = None) -> RunResult:
-        """Train until success, ``max_updates``, a numerical fault, a stop signal or ``stop_after`` updates
-        of this call (a pause: checkpoint and return)."""
-        cfg, goal = self.config, self.goal
-        stop = stop if stop is not None else StopRequest()
+        """Train until success, the limit (``max_updates``, or ``total_timesteps`` steps), a numerical fault,
+        a stop signal or ``stop_after`` updates of this call (a pause: checkpoint and return); then, for a
+        final status, evaluate best.pt and write summary.json."""
+        cfg = self.config
+        self.stop = stop if stop is not None else StopRequest()
         if not (self.run_dir / "config.json").exists():
             atomic_write_json(self.run_dir / "config.json", {
                 **cfg.to_dict(), "seed": self.seed, "num_steps_resolved": self.num_steps,
                 "run_environment": run_environment(self.device),
             })
-        if self.baseline is None:
-            self.baseline = self.evaluate(self.initial_policy, cfg.eval_episodes, "validation")
-        resumed = self.update > 0
-        self.log(f"[seed {self.seed}] {cfg.env}: N={cfg.num_envs} envs x T={self.num_steps} steps on "
-                 f"{self.device}; " + (f"resumed at update {self.update}; " if resumed else "")
-                 + f"initial policy: {goal.describe(self.baseline)}")
+        if not self.resumed:
+            self.save("last.pt")  # update 0: from here on a stopped run can always be resumed
+        self.activity = "the initial validation"
+        try:
+            fresh = self.baseline is None
+            if fresh:
+                self.baseline = self.evaluate(self.initial_policy, cfg.eval_episodes, "validation")
+            self.log(f"[seed {self.seed}] {cfg.env}: N={cfg.num_envs} envs x T={self.num_steps} steps on "
+                     f"{self.device}; " + (f"resumed at update {self.update}; " if self.resumed else "")
+                     + f"initial policy: {self.goal.describe(self.baseline)}")
+            status, reason, signum = self.train_loop(fresh, stop_after)
+            summary: dict = {}
+            if status in FINAL_STATUSES:
+                self.activity = "the final evaluation"
+                summary = self.final_evaluation(status, reason)
+        except Stopped as stopped:
+            status, signum, summary = "interrupted", stopped.signum, {}
+            reason = (f"{signal.Signals(signum).name} received during {self.activity}: stopped; "
+                      f"{self.run_dir / 'last.pt'} (update {self.checkpointed_update()}) is intact; continue with "
+                      f"--resume {self.run_dir}")
+        return RunResult(self.seed, self.run_dir, status, reason, summary, signum)
+
+    def limit_reached(self) -> bool:
+        """The step budget is spent, or (without one) ``max_updates`` updates are done."""
+        if self.config.total_timesteps is not None:
+            return self.global_step >= self.config.total_timesteps
+        return self.update >= self.config.max_updates
+
+    def limit_status(self) -> tuple[str, str]:
+        cfg = self.config
+        if cfg.total_timesteps is not None:
+            return "budget_spent", (f"spent the budget of {cfg.total_timesteps:,} steps at update {self.update} "
+                                    f"(step {self.global_step:,}); best validation {self.best_score:.4f} at "
+                                    f"update {self.best_update}")
+        return "goal_not_met", (f"goal not met within --max-updates {cfg.max_updates}: best validation "
+                                f"{self.best_score:.4f} at update {self.best_update}")
+
+    def success_status(self) -> tuple[str, str]:
+        return "success", (f"validation passed {self.streak} times in a row at update {self.update} "
+                           f"(>= {self.config.min_updates} updates)")
+
+    def train_loop(self, fresh_baseline: bool, stop_after: int | None) -> tuple[str, str, int | None]:
+        """The updates of :meth:`run`: returns ``(status, reason, signum)``."""
+        cfg, goal, stop = self.config, self.goal, self.stop
+        budget = cfg.total_timesteps
         status, reason, signum = "", "", None
         updates_this_call = 0
         original_log = self.log
         with self.run_logger() as logger:
             if original_log is print:
                 self.log = logger.print
-            if not resumed:
+            if fresh_baseline:
                 logger.log_validation(0, 0, {"score": goal.score(self.baseline), "passed": False, "streak": 0})
-            pending: list[PendingUpdate] = []
-            self._read_seconds = self.train_seconds
-            while self.update < cfg.max_updates:
-                step_start = time.perf_counter()
-                values = self.train_one_update(logger)
-                self.train_seconds += time.perf_counter() - step_start
-                pending.append(PendingUpdate(self.update, self.train_seconds, logger.take_phases(), values))
-                updates_this_call += 1
-                validate = self.update % cfg.eval_every == 0 or self.update == cfg.max_updates
-                checkpoint = self.update % cfg.checkpoint_every == 0
-                pause = stop_after is not None and updates_this_call >= stop_after
-                # The metrics stay on the device until something needs them: a log line, a validation, a
-                # checkpoint (never written after a non-finite update) or a stop. One host read for all.
-                if not (validate or checkpoint or pause or stop.signum is not None or self.update == 1
-                        or self.update % cfg.log_every == 0):
-                    continue
-                *earlier, last = self.read_metrics(pending)
-                pending.clear()
-                for line in earlier:
-                    logger.log_update(line.update, line.global_step, line.record, phases=line.phases)
-                bad = next((line.update for line in (*earlier, last) if not line.finite), None)
-                if bad is None and validate:
+                self.save("last.pt")  # now with the baseline
+            try:
+                if self.validation_due:  # a stop came before this update's validation: it goes first
+                    self.activity = f"the validation at update {self.update}"
                     logger.log_validation(self.update, self.global_step, self.validate())
-                    if self.streak >= cfg.consecutive_passes:
-                        status = "success"
-                        reason = (f"validation passed {self.streak} times in a row at update {self.update} "
-                                  f"(>= {cfg.min_updates} updates)")
-                logger.log_update(last.update, last.global_step, last.record, phases=last.phases)
-                if bad is not None:
-                    status = "numerical_error"
-                    reason = (f"non-finite loss or gradient at update {bad}; training stopped and the "
-                              f"newest checkpoint (update {self.checkpointed_update()}) predates it")
-                    break
-                if status or checkpoint:
+                    self.validation_due = False
                     self.save("last.pt")
-                if status:
-                    break
-                if stop.signum is not None:
-                    self.save("last.pt")
-                    signum = stop.signum
-                    name = signal.Signals(signum).name
-                    status, reason = "interrupted", (f"{name} received: stopped after update {self.update}, "
-                                                     f"saved {self.run_dir / 'last.pt'}; continue with "
-                                                     f"--resume {self.run_dir}")
-                    break
-                if pause:
-                    self.save("last.pt")
-                    status, reason = "paused", (f"paused after update {self.update}; continue with "
-                                                f"--resume {self.run_dir}")
-                    break
-        self.log = original_log
-        if not status:
-            status = "goal_not_met"
-            reason = (f"goal not met within --max-updates {cfg.max_updates}: best validation "
-                      f"{self.best_score:.4f} at update {self.best_update}")
-            self.save("last.pt")
-        summary: dict = {}
-        if status in ("success", "goal_not_met"):
-            summary = self.final_evaluation(status, reason)
-        return RunResult(self.seed, self.run_dir, status, reason, summary, signum)
-
-    def checkpointed_update(self) -> int:
-        """The update stored in last.pt (0 if none)."""
-        path = self.run_dir / "last.pt"
-        return int(load_checkpoint(path)["update"]) if path.exists() else 0
+                if self.streak >= cfg.consecutive_passes and self.update >= cfg.min_updates:
+                    status, reason = self.success_status()  # reached before a stop cut the final evaluation
+                elif self.limit_reached():
+                    status, reason = self.limit_status()
+                pending: list[PendingUpdate] = []
+                self._read_seconds = self.train_seconds
+                # With a budget, the update from which it can be spent (an update takes at most step_bound
+                # steps): the metrics are read there, so the budget is found spent at the exact update.
+                next_budget_read = self.update + (-(-(budget - self.global_step) // self.step_bound) if budget else 0)
+                while not status:
+                    step_start = time.perf_counter()
+                    values = self.train_one_update(logger)
+                    self.train_seconds += time.perf_counter() - step_start
+                    pending.append(PendingUpdate(self.update, self.train_seconds, logger.take_phases(), values))
+                    updates_this_call += 1
+                    limit_possible = self.update >= (next_budget_read if budget else cfg.max_updates)
+                    validate = self.update % cfg.eval_every == 0
+                    checkpoint = self.update % cfg.checkpoint_every == 0
+                    pause = stop_after is not None and updates_this_call >= stop_after
+                    # The metrics stay on the device until something needs them: a log line, a validation, a
+                    # checkpoint (never written after a non-finite update), the limit or a stop. One host read.
+                    if not (validate or checkpoint or pause or limit_possible or stop.signum is not None
+                            or self.update == 1 or self.update % cfg.log_every == 0):
+                        continue
+                    *earlier, last = self.read_metrics(pending)
+                    pending.clear()
+                    for line in earlier:
+                        logger.log_update(line.update, line.global_step, line.record, phases=line.phases)
+                    at_limit = self.limit_reached()
+                    if budget and not at_limit:
+                        next_budget_read = self.update + -(-(budget - self.global_step) // self.step_bound)
+                    validate = validate or at_limit
+                    bad = next((line.update for line in (*earlier, last) if not line.finite), None)
+                    # Parameters can turn non-finite before any loss does (a huge step): checked, once for all
+                    # tensors, whenever the state is about to be validated or saved.
+                    saving = validate or checkpoint or at_limit or pause or stop.signum is not None
+                    bad_state = bad is None and saving and not self.state_is_finite()
+                    if bad is None and not bad_state and validate:
+                        self.activity = f"the validation at update {self.update}"
+                        try:
+                            logger.log_validation(self.update, self.global_step, self.validate())
+                        except Stopped as stopped:
+                            self.validation_due = True
+                            logger.log_update(last.update, last.global_step, last.record, phases=last.phases)
+                            self.save("last.pt")
+                            signum = stopped.signum
+                            status, reason = "interrupted", (
+                                f"{signal.Signals(signum).name} received during the validation at update "
+                                f"{self.update}: stopped, saved {self.run_dir / 'last.pt'}; continue with --resume "
+                                f"{self.run_dir} (the validation runs first)")
+                            break
+                        if self.streak >= cfg.consecutive_passes:
+                            status, reason = self.success_status()
+                    logger.log_update(last.update, last.global_step, last.record, phases=last.phases)
+                    if bad is not None or bad_state:
+                        what = (f"non-finite loss or gradient at update {bad}" if bad is not None else
+                                f"non-finite parameters or optimiser state after update {self.update}")
+                        return "numerical_error", (f"{what}; training stopped. {self.run_dir / 'last.pt'} holds "
+                                                   f"the last finite state (update {self.checkpointed_update()})"
+                                                   ), None
+                    if not status and at_limit:
+                        status, reason = self.limit_status()
+                    if status or checkpoint:
+                        self.save("last.pt")
+                    if status:
+                        break
+                    if stop.signum is not None:
+                        self.save("last.pt")
+                        signum = stop.signum
+                        status, reason = "interrupted", (
+                            f"{signal.Signals(signum).name} received: stopped after update {self.update}, saved "
+                            f"{self.run_dir / 'last.pt'}; continue with --resume {self.run_dir}")
+                        break
+                    if pause:
+                        self.save("last.pt")
+                        status, reason = "paused", (f"paused after update {self.update}; continue with "
+                                                    f"--resume {self.run_dir}")
+                        break
+            finally:
+                self.log = original_log
+        return status, reason, signum
 
     def run_logger(self) -> RunLogger:
         """The run's metrics.jsonl + TensorBoard + progress view; trainer messages print through it."""
         cfg = self.config
         return RunLogger(
-            self.run_dir, total_updates=cfg.max_updates, label=f"seed {self.seed}",
+            self.run_dir, label=f"seed {self.seed}",
+            total_updates=-(-cfg.total_timesteps // self.step_bound) if cfg.total_timesteps else cfg.max_updates,
             headline=(self.goal.headline,), log_every=cfg.log_every, display=self.display, quiet=cfg.quiet,
             device=self.device, start_update=self.update, start_step=self.global_step,
         )
@@ -328,7 +331,11 @@ class Trainer:
     def train_one_update(self, logger: RunLogger) -> Tensor:
         """One iteration of the algorithm, without reading anything back: returns its metrics stacked on the
         device (``[len(metric_names)]``), for :meth:`read_metrics`."""
-        self.algo.set_progress(self.update / self.config.max_updates)
+        budget = self.config.total_timesteps
+        # Progress over the budget counts step_bound steps per update (exact unless a turn-based game pads
+        # finished games): it must be known before the update runs, and the same in a resumed run.
+        self.algo.set_progress(min(1.0, self.update * self.step_bound / budget) if budget
+                               else self.update / self.config.max_updates)
         metrics = self.algo.iterate(phase=logger.phase)
         values = torch.stack([metrics[name].detach().float() for name in self.algo.metric_names])
         self.update += 1
@@ -376,78 +383,98 @@ class Trainer:
         return {"score": goal.score(result), "passed": ok, "streak": self.streak}
 
     def final_evaluation(self, status: str, reason: str) -> dict:
-        """Re-evaluate best.pt, the initial policy and a uniform-random player on fresh seeds."""
-        cfg, multi = self.config, self.goal.multi_player
-        summary: dict = {"seed": self.seed, "env": cfg.env, "success": status == "success", "status": status,
-                         "reason": reason, "updates": self.update, "global_step": self.global_step,
-                         "train_seconds": self.train_seconds, "best_update": self.best_update,
-                         "initial_validation": self.baseline.to_dict()}
-        best_path = self.run_dir / "best.pt"
-        if best_path.exists():
-            best = self.algo.initial_policy()
-            best.load_state_dict(load_checkpoint(best_path, self.device)["algorithm"]["policy"])
-            n = cfg.final_eval_episodes
-            final = {"best": self.evaluate(best, n, "final-eval"),
-                     "initial": self.evaluate(self.initial_policy, n, "final-eval")}
-            if not self.env.spec.is_continuous:
-                final["random"] = self.evaluate(UniformRandomPolicy(), n, "final-eval")
-            summary["final_evaluation"] = {k: v.to_dict() for k, v in final.items()}
-            lines = [f"[seed {self.seed}] final evaluation on fresh seeds ({n} episodes each):"]
-            for name, res in final.items():
-                lines.append(f"  {name:>7}: " + res.describe(multi).replace("\n", "\n           "))
-            if multi:
-                for name in ("initial", "random"):
-                    z = improvement_z(final["best"].win_rate, n, final[name].win_rate, n)
-                    summary[f"z_vs_{name}"] = z
-                    lines.append(f"  best vs {name}: {final['best'].win_rate - final[name].win_rate:+.4f} "
-                                 f"win rate, z = {z:+.1f}")
-            self.log("\n".join(lines))
-        atomic_write_json(self.run_dir / "summary.json", summary)
-        return summary
+        """Re-evaluate best.pt, the initial policy and a uniform-random player on fresh seeds; write
+        summary.json (:func:`rl_gpu.training.final_eval.final_evaluation`)."""
+        return final_evaluation(self, status, reason)
 
 
 def check_env_id(env_id: str) -> None:
     if not is_known(env_id):
         raise UsageError(f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}, "
-                         "or gym:<any Gymnasium id>")
+                         "gym:<any Gymnasium id>, or package.module:ClassName")
+
+
+def _prepare(config: TrainConfig) -> torch.device:
+    """Checks that need no files, in the order a user would fix them; returns the device."""
+    check_machine_limits(config)
+    check_env_id(config.env)
+    device = resolve_device(config.device)
+    torch.set_num_threads(config.threads)
+    return device
+
+
+def _check_memory(config: TrainConfig, device: torch.device) -> None:
+    """Refuse a run too large for ``device``, judged from one environment's spec (nothing large allocated)."""
+    try:
+        probe = make(config.env, num_envs=1, device=device, seed=0, validate_actions=False)
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    spec = probe.spec
+    close = getattr(probe, "close", None)
+    if callable(close):
+        close()
+    check_memory(config, spec, device)
 
 
 def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None,
           display: str = "auto") -> list[RunResult]:
-    """Run every seed of ``config``; each writes ``OUTPUT/seed-N/``. Input errors raise :class:`UsageError`
-    before anything is written. A stop signal or ``stop_after`` ends the call after the current seed's
-    checkpoint; the remaining seeds are not started."""
-    torch.set_num_threads(config.threads)
-    check_env_id(config.env)
+    """Run every seed of ``config``; each writes ``OUTPUT/seed-N/``, and a run of several seeds that all
+    finish writes ``OUTPUT/summary.json`` (:mod:`rl_gpu.training.seed_summary`). Input errors raise
+    :class:`UsageError` before anything is written. A stop signal or ``stop_after`` ends the call after the
+    current seed's checkpoint; the remaining seeds are not started (a stop between two seeds is reported as
+    an ``interrupted`` result for the seed that was next, with no directory)."""
+    device = _prepare(config)
     run_dirs = [config.output / f"seed-{seed}" for seed in config.seeds]
     check_run_dirs(run_dirs, config.overwrite)
-    resolve_device(config.device)
-    results = []
+    summary_path = config.output / "summary.json"
+    several = len(config.seeds) > 1
+    if several and not config.overwrite and os.path.lexists(summary_path):
+        raise UsageError(f"{summary_path} already exists (the summary of earlier seeds); pass --overwrite to "
+                         "replace it, or choose another --output")
+    _check_memory(config, device)
+    results: list[RunResult] = []
+    multi_player = False
     with StopRequest() as stop:
         for seed, run_dir in zip(config.seeds, run_dirs):
+            if stop.signum is not None:
+                results.append(RunResult(seed, run_dir, "interrupted", f"{signal.Signals(stop.signum).name} "
+                                         f"received before seed {seed} started", {}, stop.signum))
+                break
             trainer = Trainer(config, seed, run_dir, log, display)
+            multi_player = trainer.goal.multi_player
             prepare_run_dir(run_dir, config.overwrite)
             results.append(_finish(trainer.run(stop, stop_after), log))
-            if results[-1].status in ("interrupted", "paused", "numerical_error"):
+            if not results[-1].finished:
                 break
+    if several and len(results) == len(config.seeds) and all(r.finished for r in results):
+        across = seed_summary([r.summary for r in results], multi_player)
+        atomic_write_json(summary_path, {"env": config.env, "output": str(config.output), **across})
+        log(describe_seeds(across) + f"\nsummary of all seeds: {summary_path}")
     return results
 
 
 def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = print,
            stop_after: int | None = None, display: str = "auto") -> RunResult:
     """Continue the run in ``run_dir`` from its ``last.pt`` with ``config`` (the saved one, possibly with a
-    larger ``max_updates``)."""
-    torch.set_num_threads(config.threads)
-    check_env_id(config.env)
-    seed = load_checkpoint(run_dir / "last.pt")["seed"]
+    larger ``max_updates`` or ``total_timesteps``). A last.pt that belongs to another run, or a finished run
+    whose limit was not raised, is refused before anything is written."""
+    device = _prepare(config)
+    run_dir = Path(run_dir)
+    payload = load_checkpoint(run_dir / "last.pt", device)
+    seed = payload.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise CheckpointError(f"{run_dir / 'last.pt'}: not a resumable checkpoint (it records no seed)")
+    check_checkpoint_belongs(run_dir, payload)
+    check_resumable(run_dir, payload, config)
+    _check_memory(config, device)
     trainer = Trainer(config, seed, run_dir, log, display)
-    trainer.resume_from(run_dir / "last.pt")
+    trainer.resume_from(run_dir / "last.pt", payload)
     with StopRequest() as stop:
         return _finish(trainer.run(stop, stop_after), log)
 
 
 def _finish(result: RunResult, log: Callable[[str], None]) -> RunResult:
-    labels = {"success": "SUCCESS", "goal_not_met": "FAILED", "numerical_error": "NUMERICAL ERROR",
-              "interrupted": "INTERRUPTED", "paused": "PAUSED"}
+    labels = {"success": "SUCCESS", "goal_not_met": "FAILED", "budget_spent": "BUDGET SPENT",
+              "numerical_error": "NUMERICAL ERROR", "interrupted": "INTERRUPTED", "paused": "PAUSED"}
     log(f"[seed {result.seed}] {labels[result.status]}: {result.reason}. Files in {result.run_dir}/")
     return result

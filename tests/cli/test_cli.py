@@ -43,6 +43,7 @@ def test_train_writes_run_files_and_succeeds(trained):
     assert [r["update"] for r in lines] == list(range(len(lines)))
     assert "validation" in lines[0]
     assert all(r["global_step"] > 0 and "loss" in r for r in lines[1:])
+    assert all(r["learning_rate"] > 0 for r in lines[1:])  # the learning rate is a per-update metric
     assert json.loads((run_dir / "config.json").read_text())["num_envs"] == 256
     assert "steps/s" in proc.stdout and "final evaluation" in proc.stdout
 
@@ -160,6 +161,23 @@ def test_evaluate_bad_checkpoints(tmp_path, trained):
 def test_evaluate_bad_flags():
     _one_line_error(run("-m", "rl_gpu.evaluate"))
     _one_line_error(run("-m", "rl_gpu.evaluate", "--checkpoint", "x.pt", "--episodes", "0"))
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    """``rl-gpu --help | head -1``: the reader goes away; no BrokenPipeError traceback, 141 like a tool SIGPIPE
+    killed."""
+    commands = [["-m", "rl_gpu", "--help"], ["-m", "rl_gpu", "train", "--help"], ["-m", "rl_gpu.train", "--version"]]
+    procs = [subprocess.Popen([sys.executable, *c], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for c in commands]
+    for proc in procs:
+        proc.stdout.close()  # before the command writes anything
+    for command, proc in zip(commands, procs):
+        err = proc.stderr.read()
+        assert proc.wait(timeout=120) == 141, (command, err)
+        assert err == "", (command, err)
+    shell = subprocess.run(f"{sys.executable} -m rl_gpu train --help | head -1", shell=True, cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=120)
+    assert shell.stdout.startswith("usage: rl-gpu train") and "Error" not in shell.stderr
 
 
 def test_top_level_help_and_unknown_command():

@@ -8,7 +8,15 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from rl_gpu.__main__ import main as rl_gpu_main  # noqa: E402
-from rl_gpu.cli.plot import aggregate, find_runs, group_runs, read_metrics, series, smooth  # noqa: E402
+from rl_gpu.cli.plot import (  # noqa: E402
+    aggregate,
+    find_runs,
+    group_runs,
+    numeric_metrics,
+    read_metrics,
+    series,
+    smooth,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -97,3 +105,72 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, setup, 
     err = capsys.readouterr().err.strip()
     assert err.startswith("rl-gpu plot: error:") and needle in err and "\n" not in err
     assert not (tmp_path / "out.png").exists()
+
+
+def _plot_error(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        rl_gpu_main(["plot", *args])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and err.startswith("rl-gpu plot: error:") and "\n" not in err, err
+    return err
+
+
+def test_hostile_metric_lines_are_skipped(tmp_path, capsys):
+    _write_run(tmp_path / "run", 0, updates=12)
+    hostile = [b"\xff\xfe not utf-8", b'{"update": 13, "global_step": 1' + b"0" * 5000 + b', "episodes": 1}',
+               b'{"update": 14, "global_step": 14000, "episodes": 1, "episode_return": ' + b"9" * 400 + b"}",
+               b"[" * 100000 + b"]" * 100000, b'{"a":' * 5000 + b"1" + b"}" * 5000, b"[1, 2]", b"42", b'"text"',
+               b'{"update": 16, "nested": ' + b'{"a": ' * 500 + b"1" + b"}" * 501,
+               b'{"update": 15, "global_step": "soon", "episode_return": 1.0, "episodes": 1}']
+    with open(tmp_path / "run" / "metrics.jsonl", "ab") as f:
+        f.write(b"\n".join(hostile) + b"\n")
+    run = read_metrics(tmp_path / "run")
+    assert len(run.records) == 12 + 3 and run.skipped_lines == len(hostile) - 3
+    assert "nested.a.a.a" not in str(numeric_metrics([run]))  # deeper than MAX_DEPTH: not a metric
+    x, y = series(run, "episode_return")
+    # The 400-digit return is too large for a float and the step that is a string is not a step: both left out.
+    assert x.size == 11 and np.isfinite(y).all()
+    out = tmp_path / "out.png"
+    assert rl_gpu_main(["plot", str(tmp_path / "run"), "--output", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG)
+
+
+@pytest.mark.parametrize("title", [r"$\frac{1", "cost in $ and $$", r"$x^{", "\\", "ok $x$"])
+def test_titles_and_run_names_are_drawn_literally(tmp_path, capsys, title):
+    _write_run(tmp_path / "a$b_{" / "seed-1", 0, updates=5)
+    out = tmp_path / "t.png"
+    assert rl_gpu_main(["plot", str(tmp_path / "a$b_{"), "--output", str(out), "--title", title]) == 0
+    assert out.read_bytes().startswith(PNG)
+
+
+def test_default_metric_follows_the_kind_of_run(tmp_path, capsys):
+    game = tmp_path / "roulette" / "seed-11"
+    game.mkdir(parents=True)
+    lines = [{"update": u, "global_step": 640 * u, "episodes": 64, "train_win_rate": 0.4 + 0.01 * u, "loss": 1.0,
+              **({"validation": {"score": 0.5, "passed": False}} if u % 5 == 0 else {})} for u in range(1, 11)]
+    (game / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "game.png"
+    assert rl_gpu_main(["plot", str(tmp_path / "roulette"), "--output", str(out)]) == 0
+    assert "(train_win_rate, validation.score)" in capsys.readouterr().out
+    _write_run(tmp_path / "single", 1)
+    (tmp_path / "single" / "metrics.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in json.loads(line).items() if k != "train_win_rate"}) + "\n"
+        for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()))
+    assert rl_gpu_main(["plot", str(tmp_path / "single"), str(game), "--output", str(out)]) == 0
+    assert "(episode_return, train_win_rate, validation.score)" in capsys.readouterr().out
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "metrics.jsonl").write_text('{"update": 1, "global_step": 5, "loss": 0.5}\n')
+    assert "choose with --metric from: loss" in _plot_error([str(bare), "--output", str(out)], capsys)
+
+
+def test_outputs_that_are_not_ours_are_refused(tmp_path, capsys):
+    _write_run(tmp_path / "run", 0, updates=5)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    before = metrics.read_bytes()
+    assert "is the input" in _plot_error([str(tmp_path / "run"), "--output", str(metrics)], capsys)
+    assert "character device" in _plot_error([str(tmp_path / "run"), "--output", "/dev/null"], capsys)
+    (tmp_path / "fig.png").mkdir()
+    assert "directory" in _plot_error([str(tmp_path / "run"), "--output", str(tmp_path / "fig.png")], capsys)
+    assert "image format" in _plot_error([str(tmp_path / "run"), "--output", str(tmp_path / "f.txt")], capsys)
+    assert metrics.read_bytes() == before and not (tmp_path / "f.txt").exists()

@@ -121,3 +121,32 @@ def test_time_to_solve_settings_solve_cartpole():
     assert result["solved"], result["evaluations"]
     steps, mean_return = result["evaluations"][-1]
     assert mean_return >= time_to_solve.THRESHOLD and steps == result["env_steps"] <= 61_440
+
+
+def test_bench_output_must_be_a_results_file(tmp_path, capsys, monkeypatch):
+    from rl_gpu.runtime.checkpoint import save_checkpoint
+
+    measured = []
+    monkeypatch.setattr(bench, "bench_env", lambda *a: measured.append(a))
+    checkpoint = tmp_path / "best.pt"
+    save_checkpoint(checkpoint, {"update": 1})
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    (tmp_path / "folder").mkdir()
+    args = ["--num-envs", "8", "--compile", "off", "--repeats", "1", "--measure", "env", "--device", "cpu"]
+    for output, needle in [(checkpoint, "not a JSON results file"), (script, "not a JSON results file"),
+                           (tmp_path / "folder", "directory"), (os.devnull, "character device")]:
+        before = open(output, "rb").read() if os.path.isfile(output) else None
+        with pytest.raises(SystemExit) as info:
+            bench.main([*args, "--output", str(output)])
+        err = capsys.readouterr().err.strip()
+        assert info.value.code == 2 and err.startswith("rl-gpu bench: error:") and needle in err, err
+        assert "\n" not in err
+        if before is not None:
+            assert open(output, "rb").read() == before
+    assert not measured  # refused before anything was measured
+    previous = tmp_path / "bench.json"
+    previous.write_text('{"results": []}\n')
+    doc, _ = _bench(tmp_path, "--num-envs", "8", "--compile", "off", "--repeats", "1", "--measure", "collect",
+                    "--num-steps", "2")
+    assert json.loads(previous.read_text()) == doc and doc["results"][0]["measure"] == "collect"

@@ -262,3 +262,112 @@ def test_gym_ids_without_a_preset_get_small_single_player_defaults():
     assert TrainConfig().num_envs == 4096  # the roulette-sized global defaults stay for non-gym ids
     cartpole = preset_config("gym:CartPole-v1")
     assert cartpole.num_envs == PRESETS["CartPole-v1"]["num_envs"] and cartpole.solve_threshold == 475.0
+
+
+class Odd(gymnasium.Env):
+    """An environment whose spaces rl_gpu does not take; counts closes so a refused batch is seen closed."""
+
+    closed = 0
+
+    def __init__(self, observation_space=None, action_space=None):
+        self.observation_space = observation_space or spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = action_space or spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+    def close(self):
+        Odd.closed += 1
+
+
+gymnasium.register("RlGpuTest/Odd-v0", entry_point=Odd)
+
+
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"observation_space": spaces.Dict({"a": spaces.Discrete(3)})},
+     "observation space Dict('a': Discrete(3)) is not supported: allowed are Box (cast to float32) or Discrete"),
+    ({"observation_space": spaces.Tuple([spaces.Discrete(3), spaces.Discrete(2)])}, "FlattenObservation"),
+    ({"action_space": spaces.MultiDiscrete([2, 3])},
+     "action space MultiDiscrete([2 3]) is not supported: allowed are Discrete or 1-D Box"),
+    ({"action_space": spaces.Box(-1.0, 1.0, (2, 2), np.float32)}, "allowed are Discrete or 1-D Box"),
+])
+def test_unsupported_spaces_are_one_line_and_the_batch_is_closed(kwargs, expected):
+    closed = Odd.closed
+    with pytest.raises(ValueError) as info:
+        make("gym:RlGpuTest/Odd-v0", num_envs=3, **kwargs)
+    message = str(info.value)
+    assert message.startswith("gym:RlGpuTest/Odd-v0: ") and expected in message and "\n" not in message
+    assert Odd.closed == closed + 3
+
+
+@pytest.mark.parametrize(("env_id", "expected"), [
+    ("gym:NoSuchEnv-v0", "Environment `NoSuchEnv` doesn't exist"),
+    ("gym:CartPole-v99", "CartPole"),
+    ("gym:NoSuchSpace/Thing-v0", "Namespace NoSuchSpace not found"),
+    ("gym:not an id", "Malformed environment ID"),
+    pytest.param("gym:LunarLander-v3", "Box2D is not installed", marks=pytest.mark.skipif(
+        importlib.util.find_spec("Box2D") is not None, reason="Box2D is installed")),
+])
+def test_ids_gymnasium_cannot_make_are_one_line(env_id, expected):
+    with pytest.raises(ValueError) as info:
+        make(env_id)
+    message = str(info.value)
+    assert expected in message and "\n" not in message
+    assert f"{env_id}: Gymnasium cannot make it" in message and "gymnasium.pprint_registry()" in message
+
+
+class Noisy(gymnasium.Env):
+    """Warns once per construction, as a library's deprecation warning does."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self):
+        import warnings
+
+        warnings.warn("noisy-env: this constructor argument is deprecated", UserWarning, stacklevel=1)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, True, False, {}
+
+
+gymnasium.register("RlGpuTest/Noisy-v0", entry_point=Noisy)
+
+
+def test_dependency_warnings_are_shown_once_per_process(monkeypatch, recwarn):
+    from rl_gpu.envs import dependency_warnings
+
+    monkeypatch.setattr(dependency_warnings, "_shown", set())
+    for seed in range(3):  # as a run builds environments for every evaluation
+        env = make("gym:RlGpuTest/Noisy-v0", num_envs=4, seed=seed)
+        for _ in range(3):
+            env.step(torch.zeros(4, dtype=torch.long))
+        env.close()
+    noisy = [w for w in recwarn if "noisy-env" in str(w.message)]
+    assert len(noisy) == 1 and noisy[0].category is UserWarning
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs gymnasium[mujoco]")
+def test_mujoco_prints_nothing_and_warns_once(monkeypatch, recwarn, capfd):
+    """MuJoCo prints its compiler's warnings from C, once per sub-environment; they come once, as warnings."""
+    from rl_gpu.envs import dependency_warnings
+
+    monkeypatch.setattr(dependency_warnings, "_shown", set())
+    for seed in range(2):
+        make("gym:HalfCheetah-v5", num_envs=2, seed=seed).close()
+    printed = capfd.readouterr()
+    assert "WARNING" not in printed.err and "WARNING" not in printed.out
+    messages = [str(w.message) for w in recwarn if str(w.message).startswith("MuJoCo: ")]
+    # Recent MuJoCo versions deprecate an attribute that half_cheetah.xml uses; older ones say nothing.
+    assert len(messages) == len(set(messages)) and len(messages) <= 1
+    import mujoco
+
+    assert mujoco.get_mju_user_warning() is None  # the hook is gone after each call

@@ -165,3 +165,79 @@ def test_exporting_a_cuda_policy_leaves_it_on_the_device():
     assert all(p.is_cuda for p in policy.parameters()) and policy.obs_rms.mean.is_cuda
     # cuBLAS and the CPU round differently: close, not bit-equal.
     torch.testing.assert_close(loaded(obs), _expected(policy, obs.cuda(), None).cpu(), rtol=1e-4, atol=1e-4)
+
+
+def _cartpole_policy():
+    torch.manual_seed(3)
+    policy = ActorCritic(obs_dim=4, num_actions=2, hidden_sizes=(64, 64))
+    # Decisive logits, as a trained policy has: the 0.01-gain initialisation leaves every state a near-tie.
+    torch.nn.init.normal_(policy.actor[-1].weight, std=1.0)
+    return policy.eval()
+
+
+@needs_onnx
+def test_int8_export_reports_agreement_and_latency(tmp_path, capsys):
+    import onnxruntime as ort
+
+    ckpt = _checkpoint(tmp_path / "best.pt", _cartpole_policy())
+    out = tmp_path / "q.onnx"
+    assert rl_gpu_main(["export", str(ckpt), "--output", str(out), "--quantize", "int8"]) == 0
+    text = capsys.readouterr().out
+    agreement = float(text.split("int8 agrees with float on ")[1].split("%")[0])
+    assert 90.0 < agreement <= 100.0 and "of 4096 held-out observations" in text
+    assert "batch 1 " in text and "batch 1024 " in text and "int8 weights" in text
+    session = ort.InferenceSession(out.read_bytes(), providers=["CPUExecutionProvider"])
+    assert session.get_modelmeta().custom_metadata_map["rl_gpu.quantized"] == '"int8"'
+    ops = {node.op_type for node in __import__("onnx").load(str(out)).graph.node}
+    assert "MatMulInteger" in ops or "DynamicQuantizeLinear" in ops
+    (action,) = session.run(None, {"obs": torch.zeros(3, 4).numpy()})
+    assert action.shape == (3,)
+
+
+@needs_onnx
+def test_int8_continuous_agreement_is_measured_as_action_differences():
+    from rl_gpu.interop.quantize import agreement, held_out_observations, quantize_int8
+
+    policy = _policy("gaussian")
+    int8 = quantize_int8(to_onnx_bytes(policy, dynamo=False))
+    obs = torch.randn(256, policy.obs_dim, generator=torch.Generator().manual_seed(2))
+    result = agreement(DeterministicPolicy(policy), int8, obs)
+    assert not result.discrete and result.observations == 256
+    assert 0.0 < result.mean_abs_diff <= result.max_abs_diff < 0.5
+    assert "differ from float by at most" in result.describe()
+    obs, mask = held_out_observations(_cartpole_policy(), "CartPole-v1", seed=5, count=100, num_envs=8)
+    assert obs.shape == (100, 4) and mask is None and obs.std(0).min() > 0
+
+
+def _export_error(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        rl_gpu_main(["export", *args])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and err.startswith("rl-gpu export: error:") and "\n" not in err, err
+    return err
+
+
+def test_cli_refuses_outputs_it_must_not_write(tmp_path, capsys):
+    ckpt = _checkpoint(tmp_path / "best.pt", _policy("discrete"))
+    before = ckpt.read_bytes()
+    assert "int8 applies to ONNX" in _export_error([str(ckpt), "--output", str(tmp_path / "p.pt"),
+                                                    "--quantize", "int8"], capsys)
+    assert "is the input" in _export_error([str(ckpt), "--output", str(ckpt), "--format", "torchscript"], capsys)
+    (tmp_path / "alias.pt").symlink_to("best.pt")
+    assert "is the input" in _export_error([str(ckpt), "--output", str(tmp_path / "alias.pt")], capsys)
+    assert "character device" in _export_error([str(ckpt), "--output", "/dev/null", "--format", "onnx"], capsys)
+    (tmp_path / "dir.pt").mkdir()
+    assert "directory" in _export_error([str(ckpt), "--output", str(tmp_path / "dir.pt")], capsys)
+    assert ckpt.read_bytes() == before and (tmp_path / "dir.pt").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["alias.pt", "best.pt", "dir.pt"]
+
+
+def test_cli_refuses_non_finite_weights(tmp_path, capsys):
+    policy = _policy("discrete")
+    state = policy.state_dict()
+    state["actor.0.weight"][0, 0] = float("nan")
+    ckpt = tmp_path / "nan.pt"
+    save_checkpoint(ckpt, {"env_id": "CartPole-v1", "policy_config": policy.config(),
+                           "algorithm": {"policy": state}})
+    assert "NaN or infinite" in _export_error([str(ckpt), "--output", str(tmp_path / "p.pt")], capsys)
+    assert not (tmp_path / "p.pt").exists()

@@ -209,7 +209,7 @@ def test_checkpoint_of_another_env_or_architecture_is_refused(tmp_path, referenc
 
 
 def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
-    from rl_gpu.runtime import checkpoint
+    from rl_gpu.runtime import files
 
     target = tmp_path / "last.pt"
     save_checkpoint(target, {"update": 1})
@@ -217,7 +217,7 @@ def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
     def broken_fsync(fd):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint.os, "fsync", broken_fsync)
+    monkeypatch.setattr(files.os, "fsync", broken_fsync)
     with pytest.raises(OSError):
         save_checkpoint(target, {"update": 2})
     monkeypatch.undo()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from rl_gpu.core.schema import check_fields
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,13 @@ class PPOConfig:
     norm_reward_clip: float = 10.0
     """with norm_reward, clip the scaled rewards to [-norm_reward_clip, norm_reward_clip]"""
     target_kl: float | None = None
-    """stop the update's remaining epochs once the approximate KL exceeds this (checked once per epoch, on the
-    device)"""
+    """stop the update's remaining epochs once the approximate KL exceeds this, checked on the device once
+    per epoch; None: never"""
 
     def __post_init__(self) -> None:
+        # Types first (ints not bools, floats finite: nan and inf are refused), so the ranges below compare
+        # numbers.
+        check_fields(self, label=lambda name: f"PPO hyper-parameter {name}")
         checks = {
             "gamma": 0.0 <= self.gamma <= 1.0,
             "gae_lambda": 0.0 <= self.gae_lambda <= 1.0,
@@ -54,7 +58,7 @@ class PPOConfig:
             "vf_coef": self.vf_coef >= 0,
             "max_grad_norm": self.max_grad_norm > 0,
             "reward_scale": self.reward_scale > 0,
-            "norm_reward_clip": math.isfinite(self.norm_reward_clip) and self.norm_reward_clip > 0,
+            "norm_reward_clip": self.norm_reward_clip > 0,
             "target_kl": self.target_kl is None or self.target_kl > 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
@@ -62,4 +66,4 @@ class PPOConfig:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
             raise ValueError(f"invalid PPO hyper-parameters: {values} (gamma and gae_lambda in [0, 1], "
                              "epochs/minibatches >= 1, clip_coef/max_grad_norm/target_kl > 0, "
-                             "norm_reward_clip finite and > 0, coefficients >= 0)")
+                             "norm_reward_clip > 0, coefficients >= 0, every number finite)")

@@ -1,0 +1,129 @@
+"""The checkpointed side of a :class:`~rl_gpu.training.runner.Trainer`: what ``last.pt`` and ``best.pt`` hold,
+writing them only with finite parameters, and loading a ``last.pt`` back (only after checking that it belongs to
+the run directory it sits in).
+
+``last.pt`` holds everything the next iteration depends on: the algorithm's state, the environments' state where
+the engine allows it, every random stream, counters, the validation streak and whether a validation is still due.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from rl_gpu.runtime.checkpoint import CheckpointError, atomic_write_bytes, load_checkpoint, save_checkpoint
+from rl_gpu.training.evaluation import EvalResult
+from rl_gpu.training.lifecycle import check_checkpoint_belongs
+
+
+class CheckpointMixin:
+    """State and checkpoints of a trainer (the attributes are :class:`~rl_gpu.training.runner.Trainer`'s)."""
+
+    def state_dict(self) -> dict:
+        """Everything the next update depends on, as tensors and plain values (``weights_only``-loadable)."""
+        return {
+            "algorithm": self.algo.state_dict(),
+            "initial_policy": self.initial_policy.state_dict(),
+            "env": self.env.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            "update": self.update,
+            "global_step": self.global_step,
+            "train_seconds": self.train_seconds,
+            "best_score": self.best_score,
+            "best_update": self.best_update,
+            "streak": self.streak,
+            "baseline": self.baseline.to_dict() if self.baseline is not None else None,
+            "validation_due": self.validation_due,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.algo.load_state_dict(state["algorithm"])
+        self.initial_policy.load_state_dict(state["initial_policy"])
+        self.env.load_state_dict(state["env"])
+        if not self.env.spec.exact_resume:
+            self.log(f"[seed {self.seed}] note: {self.config.env} keeps its state outside tensors; the "
+                     "environments restart with a fresh reset, so this resume is not bit-exact")
+        torch.set_rng_state(state["torch_rng"].cpu())
+        if torch.cuda.is_available() and state["cuda_rng"]:
+            torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
+        self.update = state["update"]
+        self.global_step = state["global_step"]
+        self.train_seconds = state["train_seconds"]
+        self.best_score = state["best_score"]
+        self.best_update = state["best_update"]
+        self.streak = state["streak"]
+        self.baseline = EvalResult.from_dict(state["baseline"]) if state["baseline"] is not None else None
+        self.validation_due = bool(state.get("validation_due", False))
+
+    def checkpoint_payload(self, validation: EvalResult | None = None) -> dict:
+        return {
+            "env_id": self.config.env,
+            "algo": self.config.algo,
+            "policy_config": self.algo.policy.config(),
+            "update": self.update,
+            "global_step": self.global_step,
+            "seed": self.seed,
+            "config": self.config.to_dict(),
+            "validation": validation.to_dict() if validation is not None else None,
+            "trainer": self.state_dict(),
+            # Kept at the top level too: evaluate/export read the policy without the trainer state.
+            "algorithm": {"policy": self.algo.policy.state_dict()},
+        }
+
+    def save(self, name: str, validation: EvalResult | None = None) -> None:
+        save_checkpoint(self.run_dir / name, self.checkpoint_payload(validation))
+
+    def state_is_finite(self) -> bool:
+        """Whether every floating-point tensor of the algorithm's state (parameters, optimiser moments,
+        normalisers) is finite: one reduction per tensor and one host read for all, at checkpoint time only."""
+        def tensors(value):
+            if isinstance(value, Tensor):
+                yield value
+            elif isinstance(value, dict):
+                for v in value.values():
+                    yield from tensors(v)
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    yield from tensors(v)
+
+        flags = [t.isfinite().all() for t in tensors(self.algo.state_dict()) if t.is_floating_point()]
+        return bool(torch.stack(flags).all()) if flags else True
+
+    def resume_from(self, path: Path, payload: dict | None = None) -> None:
+        """Load ``path`` (a ``last.pt``; ``payload`` if already loaded), check that it is this directory's run,
+        and only then drop metric lines written after it, so the run continues as if it had never stopped."""
+        payload = load_checkpoint(path, self.device) if payload is None else payload
+        if payload.get("env_id") != self.config.env or "trainer" not in payload:
+            raise CheckpointError(f"{path}: not a resumable checkpoint of a {self.config.env} run")
+        if "env" not in payload["trainer"]:
+            raise CheckpointError(f"{path}: written by rl_gpu before 0.2, whose training state this version cannot "
+                                  "continue; evaluate and export still read it, or start a new run")
+        check_checkpoint_belongs(self.run_dir, payload)
+        try:
+            self.load_state_dict(payload["trainer"])
+        except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as e:
+            raise CheckpointError(f"{path}: checkpoint does not match this run ({str(e).splitlines()[0][:160]})")
+        self.resumed = True
+        metrics = self.run_dir / "metrics.jsonl"
+        if metrics.exists():
+            # A checkpoint without a baseline was written before the initial validation: its line goes too.
+            last = self.update if self.baseline is not None else -1
+            kept = []
+            for line in metrics.read_text(errors="replace").splitlines():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by a crash
+                if isinstance(record, dict) and isinstance(record.get("update", 0), int) \
+                        and record.get("update", 0) <= last:
+                    kept.append(line)
+            atomic_write_bytes(metrics, "".join(line + "\n" for line in kept).encode())
+
+    def checkpointed_update(self) -> int:
+        """The update stored in last.pt (0 if none)."""
+        path = self.run_dir / "last.pt"
+        return int(load_checkpoint(path)["update"]) if path.exists() else 0

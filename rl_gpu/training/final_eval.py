@@ -1,0 +1,42 @@
+"""The end of a seed's run: best.pt, the initial policy and a uniform-random player evaluated on fresh seeds,
+and ``summary.json``."""
+
+from __future__ import annotations
+
+from rl_gpu.nn.actor_critic import UniformRandomPolicy
+from rl_gpu.runtime.checkpoint import atomic_write_json, load_checkpoint
+from rl_gpu.training.evaluation import improvement_z
+
+
+def final_evaluation(self, status: str, reason: str) -> dict:
+    """Re-evaluate best.pt, the initial policy and a uniform-random player on fresh seeds (``self``: a
+    :class:`~rl_gpu.training.runner.Trainer`), log the results and write ``summary.json``; returns the summary.
+    A stop signal cuts the evaluations short (:class:`~rl_gpu.training.signals.Stopped`): no summary is
+    written, and a resume runs the final evaluation again."""
+    cfg, multi = self.config, self.goal.multi_player
+    summary: dict = {"seed": self.seed, "env": cfg.env, "success": status == "success", "status": status,
+                     "reason": reason, "updates": self.update, "global_step": self.global_step,
+                     "train_seconds": self.train_seconds, "best_update": self.best_update,
+                     "initial_validation": self.baseline.to_dict()}
+    best_path = self.run_dir / "best.pt"
+    if best_path.exists():
+        best = self.algo.initial_policy()
+        best.load_state_dict(load_checkpoint(best_path, self.device)["algorithm"]["policy"])
+        n = cfg.final_eval_episodes
+        final = {"best": self.evaluate(best, n, "final-eval"),
+                 "initial": self.evaluate(self.initial_policy, n, "final-eval")}
+        if not self.env.spec.is_continuous:
+            final["random"] = self.evaluate(UniformRandomPolicy(), n, "final-eval")
+        summary["final_evaluation"] = {k: v.to_dict() for k, v in final.items()}
+        lines = [f"[seed {self.seed}] final evaluation on fresh seeds ({n} episodes each):"]
+        for name, res in final.items():
+            lines.append(f"  {name:>7}: " + res.describe(multi).replace("\n", "\n           "))
+        if multi:
+            for name in ("initial", "random"):
+                z = improvement_z(final["best"].win_rate, n, final[name].win_rate, n)
+                summary[f"z_vs_{name}"] = z
+                lines.append(f"  best vs {name}: {final['best'].win_rate - final[name].win_rate:+.4f} "
+                             f"win rate, z = {z:+.1f}")
+        self.log("\n".join(lines))
+    atomic_write_json(self.run_dir / "summary.json", summary)
+    return summary

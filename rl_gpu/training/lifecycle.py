@@ -1,0 +1,97 @@
+"""Where a run is in its life, read from its files: whether ``last.pt`` belongs to the directory it sits in,
+whether the run is finished, and how to continue runs a stop signal cut short.
+
+A run is *finished* when its ``summary.json`` records a final status for the update ``last.pt`` holds: a
+resume then neither trains again nor replaces the result, unless the limit that ended it was raised
+(``--max-updates`` for ``goal_not_met``, ``--total-timesteps`` for ``budget_spent``). A run that stopped
+between its last update and the end of its final evaluation (no summary yet) is completed by a resume: the
+final evaluation runs, without further training.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from rl_gpu.core.errors import UsageError
+from rl_gpu.runtime.checkpoint import CheckpointError
+from rl_gpu.training.config import TrainConfig
+
+FINAL_STATUSES = ("success", "goal_not_met", "budget_spent")
+"""Statuses of a run that ended by its own rules (a summary.json is written)."""
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check_checkpoint_belongs(run_dir: Path, payload: dict) -> None:
+    """Refuse a ``last.pt`` that is not this directory's run: another environment, algorithm or seed than the
+    directory's ``config.json`` records (a file copied in from elsewhere). Nothing is read but the two files."""
+    last = run_dir / "last.pt"
+    saved = _read_json(run_dir / "config.json")
+    config = payload.get("config") if isinstance(payload.get("config"), dict) else {}
+    if config.get("env", payload.get("env_id")) != payload.get("env_id"):
+        raise CheckpointError(f"{last}: its environment {payload.get('env_id')!r} differs from the configuration "
+                              f"stored with it ({config.get('env')!r}); not a checkpoint this tool wrote")
+    if saved is None:
+        return
+    for key, mine in (("env", payload.get("env_id")), ("algo", payload.get("algo")), ("seed", payload.get("seed"))):
+        if key in saved and mine is not None and saved[key] != mine:
+            raise CheckpointError(
+                f"{last} is a checkpoint of {key} {mine!r}, but {run_dir / 'config.json'} records {key} "
+                f"{saved[key]!r}: it belongs to another run; not resuming (nothing was changed)")
+
+
+def check_resumable(run_dir: Path, payload: dict, config: TrainConfig) -> None:
+    """Refuse to resume a finished run (unless the limit that ended it was raised) or to lower
+    ``--max-updates`` below the update the run is at."""
+    update, step = int(payload.get("update", 0)), int(payload.get("global_step", 0))
+    summary = _read_json(run_dir / "summary.json")
+    saved = payload.get("config") if isinstance(payload.get("config"), dict) else {}
+    if summary is not None and summary.get("status") in FINAL_STATUSES and summary.get("updates") == update:
+        status = summary["status"]
+        where = f"run {run_dir} is finished"
+        if status == "success":
+            raise UsageError(f"{where}: it met its goal at update {update} ({run_dir / 'summary.json'}); nothing "
+                             "to continue (start a new run with --output to train further)")
+        if status == "goal_not_met":
+            if config.total_timesteps is None and config.max_updates > max(update, saved.get("max_updates", 0)):
+                return
+            raise UsageError(f"{where}: its goal was not met within {update} updates ({run_dir / 'summary.json'});"
+                             f" pass a --max-updates above {update} to train it further")
+        if config.total_timesteps is not None and config.total_timesteps > max(
+                step, saved.get("total_timesteps") or 0):
+            return
+        raise UsageError(f"{where}: it spent its budget of {saved.get('total_timesteps')} steps at step {step} "
+                         f"({run_dir / 'summary.json'}); pass a --total-timesteps above {step} to train it further")
+    if config.total_timesteps is None and config.max_updates < update:
+        raise UsageError(f"--max-updates {config.max_updates} is below the update run {run_dir} is at ({update}); "
+                         f"pass --max-updates {update} or more")
+
+
+def continuation(config: TrainConfig, results: list, prog: str = "rl-gpu train") -> list[str]:
+    """Lines that tell how to finish a multi-seed run a stop signal cut short: the seeds done, the command
+    that continues the stopped seed, and the command that starts the seeds not started."""
+    done = [r.seed for r in results if r.status in FINAL_STATUSES]
+    lines = [f"seeds finished: {', '.join(map(str, done)) if done else 'none'}"]
+    stopped = [r for r in results if r.status not in FINAL_STATUSES]
+    for r in stopped:
+        if (r.run_dir / "last.pt").exists():
+            lines.append(f"continue seed {r.seed}: {prog} --resume {shlex.quote(str(r.run_dir))}")
+    started = {r.seed for r in results}
+    rest = [s for s in config.seeds if s not in started]
+    if rest:
+        source = next((r.run_dir / "config.json" for r in results if (r.run_dir / "config.json").exists()), None)
+        seeds = " ".join(map(str, rest))
+        if source is None:
+            lines.append(f"start seeds {seeds}: run the same command with --seeds {seeds}")
+        else:
+            lines.append(f"start seed{'s' if len(rest) > 1 else ''} {seeds}: {prog} --config "
+                         f"{shlex.quote(str(source))} --output {shlex.quote(str(config.output))} --seeds {seeds}")
+    return lines

@@ -1,0 +1,83 @@
+"""Refusing a run that cannot fit in memory before anything is allocated or written.
+
+A huge ``--num-envs`` or ``--hidden-sizes`` would otherwise be found out by the allocator (a crash, or the
+machine swapping for minutes). The estimate counts the big buffers only, in float32 elements:
+
+- rollout storage: ``N * T * (obs + 12)`` (observations plus ~12 scalars per slot: action, log-prob, value,
+  reward, done flags, advantages, returns, masks);
+- the environments' own state: ``N * (obs + 12)``;
+- network parameters: for the actor and the critic, ``sum(w_i * w_{i+1} + w_{i+1})`` over their layer widths
+  ``[obs, *hidden, out]``, times 6 copies (weights, gradients, Adam's two moments, the frozen initial policy,
+  best.pt's template);
+- activations of one minibatch, kept for the backward pass: ``rows / minibatches * sum(hidden) * 2 nets * 2``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from rl_gpu.core.errors import UsageError
+from rl_gpu.core.types import EnvSpec
+from rl_gpu.training.config import TrainConfig
+
+BYTES_PER_ELEMENT = 4
+PARAM_COPIES = 6
+SLOT_SCALARS = 12
+DEFAULT_NUM_STEPS = 128
+"""T when --num-steps is not given and the task is not turn-based (the algorithm's default)."""
+
+
+def _layer_elements(widths: list[int]) -> int:
+    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+
+
+def _num_steps(config: TrainConfig, spec: EnvSpec) -> int:
+    if config.num_steps is not None:
+        return config.num_steps
+    if spec.num_players > 1 and spec.episode_horizon is not None:
+        return int(spec.episode_horizon)
+    return DEFAULT_NUM_STEPS
+
+
+def estimate_bytes(config: TrainConfig, spec: EnvSpec) -> int:
+    """About how many bytes a run of ``config`` on environments described by ``spec`` needs (see the module
+    docstring for what is counted)."""
+    num_steps = _num_steps(config, spec)
+    obs, hidden = spec.obs_size, list(config.hidden_sizes)
+    out = max(spec.action_size, 1)
+    rows = config.num_envs * num_steps
+    storage = rows * (obs + SLOT_SCALARS) + config.num_envs * (obs + SLOT_SCALARS)
+    params = _layer_elements([obs, *hidden, out]) + _layer_elements([obs, *hidden, 1])
+    minibatch = max(rows // config.algo_config().num_minibatches, 1)
+    activations = minibatch * sum(hidden) * 2 * 2
+    return (storage + PARAM_COPIES * params + activations) * BYTES_PER_ELEMENT
+
+
+def available_bytes(device: torch.device) -> int:
+    """Memory a run on ``device`` can use: the free memory of a CUDA device, else the machine's physical
+    memory."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # no sysconf (not POSIX): nothing to compare against
+        return 2**63 - 1
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def check_memory(config: TrainConfig, spec: EnvSpec, device: torch.device) -> None:
+    """Raise :class:`UsageError` if the run would need more memory than ``device`` has."""
+    need, have = estimate_bytes(config, spec), available_bytes(device)
+    if need > have:
+        what = "free on" if device.type == "cuda" else "of memory on"
+        raise UsageError(
+            f"--num-envs {config.num_envs:,} x --num-steps {_num_steps(config, spec):,} with --hidden-sizes "
+            f"{' '.join(str(h) for h in config.hidden_sizes)} needs about {_gib(need)} (rollout storage, "
+            f"networks, optimiser state), more than the {_gib(have)} {what} this machine's {device}; "
+            "lower --num-envs, --num-steps or --hidden-sizes")
