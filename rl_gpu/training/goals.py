@@ -34,10 +34,10 @@ class Goal(Protocol):
 
 
 @dataclass(frozen=True)
-class ReturnThreshold:
-    """Single-player tasks: a validation passes when the mean episode return reaches ``threshold``."""
+class BestReturn:
+    """Single-player tasks trained for a step budget without a threshold: no validation passes (the budget
+    ends the run); best.pt is the validation with the highest mean return."""
 
-    threshold: float
     headline: str = "episode_return"
     source: str = "episode_return"
     multi_player: bool = False
@@ -46,10 +46,20 @@ class ReturnThreshold:
         return result.mean_return
 
     def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
-        return result.mean_return >= self.threshold, f"need mean return >= {self.threshold:g}"
+        return False, "no --solve-threshold: training until the budget is spent"
 
     def describe(self, result: EvalResult) -> str:
         return f"mean return {result.mean_return:.2f} ± {result.return_ci:.2f}"
+
+
+@dataclass(frozen=True)
+class ReturnThreshold(BestReturn):
+    """Single-player tasks: a validation passes when the mean episode return reaches ``threshold``."""
+
+    threshold: float = 0.0
+
+    def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
+        return result.mean_return >= self.threshold, f"need mean return >= {self.threshold:g}"
 
 
 @dataclass(frozen=True)
@@ -78,25 +88,6 @@ class WinRateVsBaseline:
         return f"win rate {result.win_rate:.4f} [{result.ci_low:.4f}, {result.ci_high:.4f}]"
 
 
-@dataclass(frozen=True)
-class BestReturn:
-    """Single-player tasks trained for a step budget without a threshold: no validation passes (the budget
-    ends the run); best.pt is the validation with the highest mean return."""
-
-    headline: str = "episode_return"
-    source: str = "episode_return"
-    multi_player: bool = False
-
-    def score(self, result: EvalResult) -> float:
-        return result.mean_return
-
-    def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
-        return False, "no --solve-threshold: training until the budget is spent"
-
-    def describe(self, result: EvalResult) -> str:
-        return f"mean return {result.mean_return:.2f} ± {result.return_ci:.2f}"
-
-
 def goal_for(spec: EnvSpec, env_id: str, solve_threshold: float | None, success_z: float,
              budget: bool = False) -> Goal:
     """The goal of a task: a win rate against the baseline for several players, else a return threshold.
@@ -111,4 +102,4 @@ def goal_for(spec: EnvSpec, env_id: str, solve_threshold: float | None, success_
             return BestReturn()
         raise UsageError(f"{env_id} is a single-player task: give --solve-threshold (the mean validation return "
                          "that counts as solved), or a step budget with --total-timesteps")
-    return ReturnThreshold(solve_threshold)
+    return ReturnThreshold(threshold=solve_threshold)

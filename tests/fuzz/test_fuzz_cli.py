@@ -9,8 +9,6 @@ one-line error with exit 2 (never a traceback), write nothing outside its output
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 from pathlib import Path
@@ -19,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from rl_gpu.cli.main import main as rl_gpu_main
+from cli_runner import run_cli
+
 from rl_gpu.training import runner
 
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -34,16 +33,6 @@ def no_training(monkeypatch):
         return runner.RunResult(self.seed, self.run_dir, "success", "stubbed", {})
 
     monkeypatch.setattr(runner.Trainer, "run", run)
-
-
-def _cli(*argv: str) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            code = rl_gpu_main(list(argv))
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    return code, err.getvalue()
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -94,7 +83,7 @@ def test_train_flags(tmp_path_factory, env, flags):
     for flag, value in flags.items():
         argv += [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
     before = _files(root)
-    _check(root, out, before, *_cli(*argv))
+    _check(root, out, before, *run_cli(*argv))
 
 
 KEYS = ["env", "seeds", "num_envs", "num_steps", "learning_rate", "anneal_lr", "hidden_sizes", "max_updates",
@@ -127,4 +116,4 @@ def test_train_config_files(tmp_path_factory, base, changes, text):
     else:
         path.write_bytes(text.encode("utf-8", "surrogateescape"))
     before = _files(root)
-    _check(root, out, before, *_cli("train", "--config", str(path), "--output", str(out), "--quiet"))
+    _check(root, out, before, *run_cli("train", "--config", str(path), "--output", str(out), "--quiet"))

@@ -8,8 +8,6 @@ exception type, and must leave every input file byte for byte as it was. The num
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 from pathlib import Path
@@ -19,8 +17,9 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from cli_runner import run_cli
+
 import rl_gpu
-from rl_gpu.cli.main import main as rl_gpu_main
 from rl_gpu.envs.registry import make
 from rl_gpu.nn.actor_critic import policy_for_env
 from rl_gpu.runtime.checkpoint import FORMAT, CheckpointError, save_checkpoint
@@ -45,17 +44,6 @@ def good_checkpoint(tmp_path_factory) -> bytes:
     save_checkpoint(path, _payload())
     rl_gpu.load(path)  # the unmutated file is usable
     return path.read_bytes()
-
-
-def _cli(*argv: str) -> tuple[int, str]:
-    """Run ``rl-gpu ARGV`` in this process: (exit code, stderr)."""
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            code = rl_gpu_main(list(argv))
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    return code, err.getvalue()
 
 
 def _assert_clean_refusal(code: int, stderr: str) -> None:
@@ -160,10 +148,10 @@ def test_cli_on_damaged_checkpoints_exits_2_in_one_line_and_writes_nothing(good_
     data = _mutate(good_checkpoint, how)
     path.write_bytes(data)
     if command == "evaluate":
-        code, err = _cli("evaluate", "--checkpoint", str(path), "--device", "cpu", "--json-output",
+        code, err = run_cli("evaluate", "--checkpoint", str(path), "--device", "cpu", "--json-output",
                          str(folder / "eval.json"))
     else:
-        code, err = _cli("export", str(path), "--output", str(folder / "policy.pt"))
+        code, err = run_cli("export", str(path), "--output", str(folder / "policy.pt"))
     _assert_clean_refusal(code, err)
     if data != good_checkpoint:
         assert code == 2
@@ -197,7 +185,7 @@ def test_plot_on_hostile_metrics_files_exits_0_or_2_without_traceback(tmp_path_f
     before = metrics.read_bytes()
     out = run.parent / "curves.png"
     args = ["plot", str(run), "--output", str(out)] + (["--metric", metric] if metric else [])
-    code, err = _cli(*args)
+    code, err = run_cli(*args)
     _assert_clean_refusal(code, err)
     assert metrics.read_bytes() == before
     assert sorted(os.listdir(run)) == ["metrics.jsonl"]
