@@ -27,9 +27,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
+import tyro
 
 from rl_gpu.algos.base import Setup
 from rl_gpu.core.errors import UsageError
@@ -60,8 +61,9 @@ class BenchConfig:
     """auto: CUDA when available, else CPU"""
     threads: int = 1
     """torch intra-op CPU threads (1 by default: on small machines more threads stalled whenever another core was busy)"""
-    compile: tuple[Literal["off", "inductor", "cudagraphs"], ...] | None = None
-    """compile modes to measure (default: off inductor on CPU, off inductor cudagraphs on CUDA)"""
+    compile: Annotated[tuple[Literal["off", "inductor", "cudagraphs"], ...],
+                       tyro.conf.arg(help_behavior_hint="")] = ()
+    """compile modes to measure; none given: off inductor on CPU, off inductor cudagraphs on CUDA"""
     measure: tuple[Literal["env", "collect", "train"], ...] = MEASURES
     """which measurements to run"""
     num_steps: int | None = None

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import tyro
@@ -45,11 +45,11 @@ class PlotError(ValueError):
 class PlotConfig:
     """Plot learning curves (x = environment steps) from run directories written by `rl-gpu train`."""
 
-    run_dirs: tyro.conf.Positional[tuple[Path, ...]]
+    run_dirs: Annotated[tyro.conf.Positional[tuple[Path, ...]], tyro.conf.arg(help_behavior_hint="")]
     """run directories (OUTPUT/seed-N, or OUTPUT for all its seeds)"""
     output: Path
     """image file to write (PNG; .pdf and .svg by their suffix)"""
-    metric: tuple[str, ...] = ()
+    metric: Annotated[tuple[str, ...], tyro.conf.arg(help_behavior_hint="")] = ()
     """metrics to plot, one panel each; nested fields with a dot (validation.score). Default: episode_return
     (single-player runs) or train_win_rate (turn-based games), and validation.score when the runs have
     validations"""
