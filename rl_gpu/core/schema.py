@@ -118,7 +118,8 @@ def from_dict(cls: type, data: Mapping[str, Any], *, extra: Collection[str] = ()
         where: prefix for key names in messages (``"ppo."`` for a nested section).
 
     Raises:
-        UsageError: an unknown key (with the nearest known one), or a value of the wrong type.
+        UsageError: an unknown key (with the nearest known one), a value of the wrong type, or one the
+        dataclass's own checks refuse (a ``ValueError`` from its ``__post_init__``).
     """
     if not isinstance(data, Mapping):
         raise UsageError(f"{where.rstrip('.') or 'the configuration'} must be a JSON object, got {_shown(data)}")
@@ -142,7 +143,9 @@ def from_dict(cls: type, data: Mapping[str, Any], *, extra: Collection[str] = ()
         values[key] = value
     try:
         return cls(**values)
-    except TypeError as e:  # a required field is missing
+    except UsageError:
+        raise
+    except (TypeError, ValueError) as e:  # a required field is missing, or the dataclass's own range checks
         raise UsageError(f"{where.rstrip('.') or cls.__name__}: {e}") from None
 
 

@@ -14,15 +14,12 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-from cli_runner import run_cli
+from cli_runner import FUZZ, run_cli
 
 from rl_gpu.training import runner
-
-FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                      HealthCheck.too_slow])
 
 
 @pytest.fixture(autouse=True)
@@ -101,6 +98,7 @@ PPO_SECTION = st.dictionaries(st.sampled_from(["gamma", "gae_lambda", "clip_coef
 
 
 @settings(FUZZ, max_examples=150)
+@example(base={"env": "CartPole-v1"}, changes={"ppo": {"gamma": -1}}, text=None)  # found: a bare ValueError
 @given(base=st.sampled_from([{}, {"env": "CartPole-v1", "solve_threshold": 475.0},
                              {"env": "RussianRoulette-v0"}]),
        changes=st.dictionaries(st.sampled_from(KEYS), st.one_of(JSON_VALUE, PPO_SECTION), max_size=4),

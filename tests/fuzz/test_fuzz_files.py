@@ -14,18 +14,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from cli_runner import run_cli
+from cli_runner import FUZZ, run_cli
 
 import rl_gpu
 from rl_gpu.envs.registry import make
 from rl_gpu.nn.actor_critic import policy_for_env
 from rl_gpu.runtime.checkpoint import FORMAT, CheckpointError, save_checkpoint
-
-FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                      HealthCheck.too_slow])
 
 
 def _payload() -> dict:
