@@ -36,6 +36,8 @@ from rl_gpu.algos.base import Setup
 from rl_gpu.core.errors import UsageError
 from rl_gpu.algos.ppo import PPO, PPOConfig
 from rl_gpu.cli.parsing import fail, parse
+from rl_gpu.core.schema import check_bounds, check_fields, flag_name
+from rl_gpu.training.config import MAX_NUM_STEPS
 from rl_gpu.collect.stepper import EnvStepper
 from rl_gpu.core.device import synchronize
 from rl_gpu.data.rollout import empty_rollout
@@ -43,6 +45,10 @@ from rl_gpu.envs.registry import make
 from rl_gpu.runtime.files import atomic_write_bytes, check_writable
 
 PROG = "rl-gpu bench"
+MAX_NUM_ENVS = 2**21
+"""Largest N swept (about 2 GB of CartPole rollout storage and pre-drawn noise; a benchmark, not a run)."""
+MAX_REPEATS = 1000
+MAX_ENV_TRANSITIONS = 10**10
 MEASURES = ("env", "collect", "train")
 CHUNK = 16
 MAX_RESULTS_BYTES = 64 * 2**20
@@ -56,7 +62,7 @@ class BenchConfig:
     env: str = "CartPole-v1"
     """environment id"""
     num_envs: tuple[int, ...] = (16, 256, 4096, 65536)
-    """N values to sweep (one or several)"""
+    """N values to sweep (one or several, each at most 2,097,152)"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto: CUDA when available, else CPU"""
     threads: int = 1
@@ -69,12 +75,12 @@ class BenchConfig:
     num_steps: int | None = None
     """T, steps per rollout (default 16; the longest game for turn-based games)"""
     repeats: int = 5
-    """timed calls per cell; the median is reported"""
+    """timed calls per cell (at most 1000); the median is reported"""
     minibatch_size: int = 16384
     """train measurement: PPO minibatch slots (4 epochs of minibatches of at most this size, so the update's
     work per transition and its memory do not grow with N)"""
     env_transitions: int = 262144
-    """env measurement: transitions per timed call (rounded up to whole steps of N rows)"""
+    """env measurement: transitions per timed call (rounded up to whole steps of N rows; at most 10**10)"""
     compare: Literal["none", "gymnasium"] = "none"
     """also time Gymnasium's vector environment (numpy CartPoleVectorEnv for CartPole-v1) in this process"""
     output: Path = Path("artifacts/bench.json")
@@ -83,14 +89,11 @@ class BenchConfig:
     """seeds environments, policy and generators"""
 
     def __post_init__(self) -> None:
-        if not self.num_envs or any(isinstance(n, bool) or n <= 0 for n in self.num_envs):
-            raise ValueError(f"--num-envs must be positive integers, got {list(self.num_envs)}")
-        for name in ("threads", "repeats", "env_transitions", "minibatch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        if self.num_steps is not None and self.num_steps <= 0:
-            raise ValueError(f"--num-steps must be a positive integer, got {self.num_steps}")
+        check_fields(self, label=flag_name)
+        if not self.num_envs or any(n <= 0 or n > MAX_NUM_ENVS for n in self.num_envs):
+            raise ValueError(f"--num-envs must be integers from 1 to {MAX_NUM_ENVS:,}, got {list(self.num_envs)}")
+        check_bounds(self, {"threads": None, "repeats": MAX_REPEATS, "env_transitions": MAX_ENV_TRANSITIONS,
+                            "minibatch_size": MAX_NUM_ENVS, "num_steps": MAX_NUM_STEPS}, label=flag_name)
         if not self.measure:
             raise ValueError("--measure needs at least one of env, collect, train")
 
@@ -308,9 +311,10 @@ def check_output(path: Path) -> None:
 
 def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
     """Run the benchmark described by ``cfg``; returns (and writes to ``cfg.output``) the JSON document."""
-    from rl_gpu.core.device import resolve_device
+    from rl_gpu.core.device import check_threads, resolve_device
     from rl_gpu.runtime.hardware import run_environment
 
+    check_threads(cfg.threads)
     torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
     modes = cfg.compile or (("off", "inductor", "cudagraphs") if device.type == "cuda" else ("off", "inductor"))

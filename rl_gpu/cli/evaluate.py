@@ -18,6 +18,9 @@ import torch
 import tyro
 
 from rl_gpu.cli.parsing import fail, parse
+from rl_gpu.core.device import check_threads
+from rl_gpu.core.schema import check_bounds, check_fields, flag_name
+from rl_gpu.training.config import MAX_EPISODES
 
 PROG = "rl-gpu evaluate"
 ACTIONS = tyro.conf.create_mutex_group(
@@ -50,12 +53,8 @@ class EvaluateConfig:
     """torch intra-op CPU threads"""
 
     def __post_init__(self) -> None:
-        for name in ("episodes", "num_envs", "threads"):
-            value = getattr(self, name)
-            if value is None and name != "threads":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        check_fields(self, label=flag_name)
+        check_bounds(self, {"episodes": MAX_EPISODES, "num_envs": MAX_EPISODES, "threads": None}, label=flag_name)
         if self.seed < 0:
             raise ValueError(f"--seed must be non-negative, got {self.seed}")
         if self.deterministic and self.sample:
@@ -125,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rl_gpu.training.evaluation import evaluate_policy
 
     config = parse(EvaluateConfig, PROG, argv, description=EvaluateConfig.__doc__)
+    try:
+        check_threads(config.threads)
+    except UsageError as e:
+        fail(PROG, str(e))
     torch.set_num_threads(config.threads)
     inputs = [config.checkpoint]
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from rl_gpu.core.errors import UsageError
@@ -27,3 +29,16 @@ def synchronize(device: torch.device) -> None:
     """Wait for ``device`` to finish its queued work (a no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def thread_limit() -> int:
+    """The most intra-op threads a command may ask for: 4 per CPU."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def check_threads(threads: int) -> None:
+    """Refuse a ``--threads`` beyond :func:`thread_limit` (a machine-dependent limit, so checked when a command
+    starts rather than when a configuration is read)."""
+    if threads > thread_limit():
+        raise UsageError(f"--threads must be between 1 and {thread_limit()} (4 x this machine's "
+                         f"{os.cpu_count() or 1} CPUs), got {threads:,}")

@@ -100,6 +100,25 @@ def check_fields(obj: Any, label=lambda name: name) -> None:
             raise UsageError(f"{label(name)} must be {_describe(hint)}, got {_shown(value)}")
 
 
+def flag_name(field: str) -> str:
+    """The command-line flag of a configuration field (``num_envs`` -> ``--num-envs``)."""
+    return "--" + field.replace("_", "-")
+
+
+def check_bounds(obj: Any, bounds: Mapping[str, int | None], label=lambda name: name) -> None:
+    """Raise :class:`UsageError` unless each named integer field of ``obj`` is positive and at most its bound
+    (``None``: no upper bound here, e.g. one that depends on the machine); a field holding ``None`` is an unset
+    optional and passes. Call after :func:`check_fields`, which has checked they are integers."""
+    for name, most in bounds.items():
+        value = getattr(obj, name)
+        if value is None:
+            continue
+        if value <= 0:
+            raise UsageError(f"{label(name)} must be a positive integer, got {value!r}")
+        if most is not None and value > most:
+            raise UsageError(f"{label(name)} must be at most {most:,}, got {value:,}")
+
+
 def _unknown_key(key: str, known: Collection[str], where: str) -> UsageError:
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
     hint = f"; did you mean '{where}{close[0]}'?" if close else f"; known keys: {', '.join(sorted(known))}"

@@ -11,14 +11,14 @@ configuration saved on a larger machine can still be read, and resumed with smal
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.core.errors import UsageError
-from rl_gpu.core.schema import check_fields, from_dict
+from rl_gpu.core.device import check_threads
+from rl_gpu.core.schema import check_bounds, check_fields, flag_name, from_dict
 
 DEFAULT_ENV = "RussianRoulette-v0"
 
@@ -35,10 +35,6 @@ MAX_SEED = 2**63 - 1
 
 SAVED_EXTRA_KEYS = frozenset({"seed", "num_steps_resolved", "run_environment"})
 """Keys a run's config.json records besides the settings; reading it back accepts exactly these."""
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -129,19 +125,12 @@ class TrainConfig:
         for name in ("output", "config", "resume"):
             if isinstance(getattr(self, name), str):
                 object.__setattr__(self, name, Path(getattr(self, name)))
-        check_fields(self, label=_flag)
+        check_fields(self, label=flag_name)
         bounded = {"num_envs": None, "min_updates": MAX_UPDATES, "max_updates": MAX_UPDATES,
                    "eval_every": MAX_UPDATES, "eval_episodes": MAX_EPISODES, "final_eval_episodes": MAX_EPISODES,
                    "consecutive_passes": MAX_UPDATES, "threads": None, "log_every": MAX_UPDATES,
                    "checkpoint_every": MAX_UPDATES, "num_steps": MAX_NUM_STEPS, "total_timesteps": MAX_TIMESTEPS}
-        for name, most in bounded.items():
-            value = getattr(self, name)
-            if value is None:
-                continue  # num_steps, total_timesteps: optional
-            if value <= 0:
-                raise UsageError(f"{_flag(name)} must be a positive integer, got {value!r}")
-            if most is not None and value > most:
-                raise UsageError(f"{_flag(name)} must be at most {most:,}, got {value:,}")
+        check_bounds(self, bounded, label=flag_name)
         if not self.seeds:
             raise UsageError("--seeds needs at least one seed")
         if len(set(self.seeds)) != len(self.seeds):
@@ -199,13 +188,6 @@ def config_from_dict(data: dict) -> TrainConfig:
     return from_dict(TrainConfig, data, extra=SAVED_EXTRA_KEYS, ignore=("overwrite",))
 
 
-def thread_limit() -> int:
-    """The most intra-op threads a run may ask for: 4 per CPU."""
-    return 4 * (os.cpu_count() or 1)
-
-
 def check_machine_limits(config: TrainConfig) -> None:
     """Limits that depend on this machine (checked when a run starts, not when a configuration is read)."""
-    if config.threads > thread_limit():
-        raise UsageError(f"--threads must be between 1 and {thread_limit()} (4 x this machine's "
-                         f"{os.cpu_count() or 1} CPUs), got {config.threads:,}")
+    check_threads(config.threads)

@@ -17,7 +17,8 @@ from rl_gpu.cli.presets import PRESETS, preset_config
 from rl_gpu.cli.train import main
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.registry import make
-from rl_gpu.training.config import SAVED_EXTRA_KEYS, TrainConfig, config_from_dict, thread_limit
+from rl_gpu.core.device import thread_limit
+from rl_gpu.training.config import SAVED_EXTRA_KEYS, TrainConfig, config_from_dict
 from rl_gpu.training.resources import available_bytes, estimate_bytes
 
 
