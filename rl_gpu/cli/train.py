@@ -74,7 +74,8 @@ def _saved_config(run_dir: Path) -> TrainConfig:
 def _file_data(path: Path) -> tuple[dict, TrainConfig]:
     """A ``--config`` file's JSON object and the configuration it describes (checked as strictly as flags)."""
     if not path.is_file():
-        raise UsageError(f"--config {path}: no such file")
+        what = "not a regular file" if path.exists() else "no such file"
+        raise UsageError(f"--config {path}: {what} (a JSON file, such as a run's config.json)")
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

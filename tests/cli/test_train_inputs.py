@@ -190,3 +190,11 @@ def test_config_with_a_single_player_task_needs_a_goal_or_a_budget(cwd):
                                 "--output", "out"))
     assert "--solve-threshold" in line and "--total-timesteps" in line
     assert not os.path.exists(cwd / "out")
+
+
+def test_config_that_is_no_regular_file_is_named_as_such(tmp_path):
+    line = one_line_error(*call("--config", os.devnull, "--output", str(tmp_path / "out")))
+    assert "not a regular file" in line
+    line = one_line_error(*call("--config", str(tmp_path / "missing.json"), "--output", str(tmp_path / "out")))
+    assert "no such file" in line
+    assert not (tmp_path / "out").exists()
