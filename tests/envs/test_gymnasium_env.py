@@ -1,7 +1,6 @@
 """``gym:<id>``: Gymnasium environments behind the rl_gpu surface, checked against Gymnasium itself."""
 
 import importlib.util
-import time
 
 import numpy as np
 import pytest
@@ -189,7 +188,7 @@ def test_ppo_learns_gym_cartpole():
     def make_env(n, seed):
         return make("gym:CartPole-v1", num_envs=n, seed=seed)
 
-    started, returns, result = time.perf_counter(), [], None
+    returns, result = [], None
     for _ in range(200):
         rollout = collect(policy, env, 128, algo.policy_rng)
         algo.update(rollout)
@@ -202,7 +201,6 @@ def test_ppo_learns_gym_cartpole():
             if result.mean_return >= 400:
                 break
     assert result is not None and result.mean_return >= 400, (returns[-5:], result)
-    assert time.perf_counter() - started < 60
 
 
 @pytest.mark.gpu

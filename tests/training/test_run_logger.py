@@ -27,13 +27,26 @@ def _lines(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def _train(logger, updates=4, validate_at=(2,)):
+class _Clock:
+    """A perf_counter that moves only when told to, so phase timings are exact under any machine load."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def perf_counter(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def _train(logger, updates=4, validate_at=(2,), sleep=time.sleep):
     logger.log_validation(0, 0, {"score": 0.25, "passed": False, "streak": 0})
     for update in range(1, updates + 1):
         with logger.phase("collect"):
-            time.sleep(0.002)
+            sleep(0.002)
         with logger.phase("update"):
-            time.sleep(0.001)
+            sleep(0.001)
         if update in validate_at:
             result = {"score": torch.tensor(0.5), "passed": True, "streak": 1}
             logger.log_validation(update, 64 * update, result)
@@ -42,9 +55,11 @@ def _train(logger, updates=4, validate_at=(2,)):
         logger.log_update(update, 64 * update, scalars)
 
 
-def test_jsonl_one_line_per_update_with_validations_merged(tmp_path):
+def test_jsonl_one_line_per_update_with_validations_merged(tmp_path, monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(run_logger, "time", clock)
     with RunLogger(tmp_path, total_updates=4, display="off", tensorboard=False) as logger:
-        _train(logger)
+        _train(logger, sleep=clock.sleep)
         logger.log_validation(4, 256, {"score": 0.75})
     lines = _lines(tmp_path)
     assert [line["update"] for line in lines] == [0, 1, 2, 3, 4, 4]
@@ -55,7 +70,7 @@ def test_jsonl_one_line_per_update_with_validations_merged(tmp_path):
     for line in lines[1:5]:
         assert line["global_step"] == 64 * line["update"]
         assert line["loss"] == 0.125 and isinstance(line["episode_return"], float)
-        assert line["collect_seconds"] > line["update_seconds"] > 0
+        assert line["collect_seconds"] == pytest.approx(0.002) and line["update_seconds"] == pytest.approx(0.001)
         assert line["steps_per_second"] > 0 and line["time"] > 0
     assert [line["time"] for line in lines] == sorted(line["time"] for line in lines)
 
