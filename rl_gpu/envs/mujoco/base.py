@@ -1,0 +1,231 @@
+"""The MuJoCo task template: the engine holds the physics; the task is pure torch over ``[N, ...]`` tensors.
+
+A task subclass of :class:`MujocoEnv` names its MJCF (:meth:`MujocoEnv.model_path`) and ``frame_skip`` and writes:
+
+- ``_reset_physics(n, generator)``: ``[n, nq]`` qpos and ``[n, nv]`` qvel of fresh episode starts,
+- ``_observe(inner)``: the observation (from ``qpos``/``qvel``/``observed`` of :class:`MjInner`),
+- ``_rewards(before, after, action)``: ``({term: [N] float}, terminated [N] bool)``; the reward is the sum of
+  the terms, and each term's per-episode sum is kept (:meth:`MujocoEnv.reward_term_stats`) so a user tuning a
+  reward sees what each term does,
+- optionally ``_control(inner, action)`` (default: the action is the control), ``_reset_task``/``_next_task``
+  (commands, timers in ``inner.task``) and ``_perturb`` (pushes).
+
+The base (:class:`~rl_gpu.envs.base.TensorEnv`) owns auto-reset with ``final_obs``, the time limit, statistics
+and state injection; the physics state is a tensor, so resets are ``torch.where`` and resume is exact. The
+engine is host code (``spec.functional`` is False): collection runs eagerly around it.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from rl_gpu.core.types import EnvSpec
+from rl_gpu.envs.base import EnvState, TensorEnv
+from rl_gpu.envs.mujoco.engine import MujocoEngine, require_mujoco
+from rl_gpu.envs.mujoco.randomization import Randomization, build_variants, draw_scales
+
+try:
+    import mujoco
+except ImportError:  # pragma: no cover - exercised only without the optional dependency
+    mujoco = None
+
+
+class MjInner(NamedTuple):
+    """Inner state of N MuJoCo worlds (every field ``[N, ...]``)."""
+
+    physics: Tensor
+    """``[N, nstate]`` float64 ``mjSTATE_FULLPHYSICS``: time, qpos, qvel, act, plugin state."""
+    variant: Tensor
+    """``[N]`` int64: the row's model in the pool (domain randomisation; 0 without)."""
+    observed: Tensor
+    """``[N, nsensordata + D]`` float64: sensor values then the engine's derived fields after the last step."""
+    task: Tensor
+    """``[N, T]`` float64: the task's own state (commands, timers); ``T`` may be 0."""
+
+
+class MujocoEnv(TensorEnv[MjInner]):
+    """N worlds of one MJCF on MuJoCo's C engine (:class:`~rl_gpu.envs.mujoco.engine.MujocoEngine`).
+
+    Args:
+        num_envs, device, seed, autoreset, validate_actions: as :class:`~rl_gpu.envs.base.TensorEnv`.
+        num_threads: the engine's worker threads (None: every core this process may use).
+        randomization: per-row physics ranges (:class:`~rl_gpu.envs.mujoco.randomization.Randomization`);
+            None: the MJCF's nominal physics.
+        **params: fields of the task's :attr:`params_type`.
+    """
+
+    frame_skip: int = 1
+    derived_fields: tuple[tuple[str, int], ...] = ()
+    """``(MjData attribute, first row)`` pairs the observation or reward reads (see the engine)."""
+    reset_forward: bool = False
+    """True when episode starts need a forward pass (the reset observation reads derived fields or sensors)."""
+    task_size: int = 0
+    """T, the width of ``inner.task``."""
+    reward_terms: tuple[str, ...] = ()
+    """Names of the terms :meth:`_rewards` returns, in order."""
+
+    def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None, *,
+                 num_threads: int | None = None, randomization: Randomization | dict | None = None,
+                 **kwargs: Any) -> None:
+        require_mujoco()
+        if isinstance(randomization, dict):
+            randomization = Randomization(**randomization)
+        if randomization is not None and not isinstance(randomization, Randomization):
+            raise TypeError(f"randomization must be a Randomization or a dict of its fields, got "
+                            f"{type(randomization).__name__}")
+        self.randomization = randomization
+        self.model = self.load_model()
+        self._pool_seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
+        self.variant_scales = None
+        models = [self.model]
+        if randomization is not None and randomization.active:
+            self.variant_scales = draw_scales(self.model, randomization, self._pool_seed)
+            models = build_variants(self.model, self.variant_scales)
+        self.engine = MujocoEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields)
+        self.layout = self.engine.layout
+        self.dt = self.engine.dt
+        self.init_qpos = torch.tensor(self.model.qpos0, dtype=torch.float64)
+        self.init_qvel = torch.zeros(self.model.nv, dtype=torch.float64)
+        self.action_shape = (self.model.nu,)
+        low, high = self.model.actuator_ctrlrange.T.astype(np.float32)
+        self.action_low, self.action_high = tuple(map(float, low)), tuple(map(float, high))
+        self._term_sums: Tensor | None = None
+        super().__init__(num_envs, device, seed, **kwargs)
+        self.init_qpos, self.init_qvel = self.init_qpos.to(self.device), self.init_qvel.to(self.device)
+        self._term_sums = torch.zeros(num_envs, len(self.reward_terms), dtype=torch.float64, device=self.device)
+        self._finished_terms = torch.zeros(len(self.reward_terms), dtype=torch.float64, device=self.device)
+        self._finished_episodes = torch.zeros((), dtype=torch.float64, device=self.device)
+
+    @classmethod
+    @abc.abstractmethod
+    def model_path(cls) -> str:
+        """Path of the task's MJCF file."""
+
+    def load_model(self):
+        """The compiled nominal model (override to edit the MJCF first)."""
+        return mujoco.MjModel.from_xml_path(self.model_path())
+
+    @property
+    def spec(self) -> EnvSpec:
+        return replace(super().spec, functional=False)
+
+    # --- what a task writes -------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _reset_physics(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """``([n, nq] qpos, [n, nv] qvel)`` float64 of fresh episode starts on ``self.device``."""
+
+    @abc.abstractmethod
+    def _rewards(self, before: MjInner, after: MjInner, action: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """``({name: [N] float64 term} in :attr:`reward_terms` order, terminated [N] bool)``."""
+
+    def _control(self, inner: MjInner, action: Tensor) -> Tensor:
+        """``[N, nu]`` controls from ``[N, D]`` actions (default: the action itself; MuJoCo clamps it to
+        ``ctrlrange``)."""
+        return action.double()
+
+    def _reset_task(self, n: int, generator: torch.Generator) -> Tensor:
+        """``[n, T]`` task state of fresh episode starts (commands)."""
+        return torch.zeros(n, self.task_size, dtype=torch.float64, device=self.device)
+
+    def _next_task(self, before: MjInner, after: MjInner) -> Tensor:
+        """``[N, T]`` task state after a step (default: unchanged)."""
+        return after.task
+
+    def _perturb(self, inner: MjInner) -> Tensor:
+        """``[N, nstate]`` physics to step from (pushes change velocities here; default: unchanged)."""
+        return inner.physics
+
+    # --- views ------------------------------------------------------------------------------------------
+
+    def qpos(self, inner: MjInner) -> Tensor:
+        """``[N, nq]`` float64 joint positions."""
+        return inner.physics[:, self.layout.qpos]
+
+    def qvel(self, inner: MjInner) -> Tensor:
+        """``[N, nv]`` float64 joint velocities."""
+        return inner.physics[:, self.layout.qvel]
+
+    # --- the template -----------------------------------------------------------------------------------
+
+    def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> MjInner:
+        qpos, qvel = self._reset_physics(num_envs, generator)
+        physics = self.layout.pack(qpos, qvel)
+        pool = len(self.engine.models)
+        if pool > 1:
+            variant = torch.randint(0, pool, (num_envs,), device=self.device, generator=generator)
+        else:
+            variant = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+        task = self._reset_task(num_envs, generator)
+        if self.reset_forward:
+            models = self.engine.row_models(variant)
+            values = self.engine.forward_fields(models, physics.cpu().numpy(), None, post_constraint=False)
+            observed = torch.from_numpy(values).to(self.device)
+        else:
+            observed = torch.zeros(num_envs, self.engine.observed_size, dtype=torch.float64, device=self.device)
+        return MjInner(physics, variant, observed, task)
+
+    def _transition(self, inner: MjInner, action: Tensor) -> tuple[MjInner, Tensor, Tensor]:
+        ctrl = self._control(inner, action)
+        physics, observed = self.engine.step(self._perturb(inner), ctrl, inner.variant)
+        self.last_physics = physics
+        after = MjInner(physics, inner.variant, observed, inner.task)
+        terms, terminated = self._rewards(inner, after, action)
+        after = after._replace(task=self._next_task(inner, after))
+        stacked = torch.stack([terms[name] for name in self.reward_terms], dim=1)
+        self._step_terms = stacked
+        return after, stacked.sum(dim=1).float(), terminated
+
+    def step_state(self, state: EnvState[MjInner], action: Tensor, reset_inner: MjInner):
+        new_state, result = super().step_state(state, action, reset_inner)
+        if self._term_sums is not None:
+            step_terms = self._step_terms
+            if not self.autoreset:
+                step_terms = torch.where(state.done.unsqueeze(1), torch.zeros_like(step_terms), step_terms)
+            sums = self._term_sums + step_terms
+            done = (result.terminated | result.truncated).unsqueeze(1)
+            self._finished_terms += torch.where(done, sums, torch.zeros_like(sums)).sum(dim=0)
+            self._finished_episodes += done.sum()
+            self._term_sums = torch.where(done, torch.zeros_like(sums), sums)
+        return new_state, result
+
+    def reward_term_stats(self) -> dict[str, Tensor]:
+        """``{term: 0-dim tensor}``: each reward term's sum per episode, averaged over the episodes finished since
+        the last call (NaN when none finished); the counts restart."""
+        mean = self._finished_terms / self._finished_episodes
+        self._finished_terms.zero_()
+        self._finished_episodes.zero_()
+        return {name: mean[i] for i, name in enumerate(self.reward_terms)}
+
+    def reset(self, seed: int | None = None):
+        if self._term_sums is not None:
+            self._term_sums.zero_()
+        return super().reset(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["reward_term_sums"] = self._term_sums
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if "reward_term_sums" in state:
+            self._term_sums = state["reward_term_sums"].to(self.device, torch.float64).clone()
+
+    def close(self) -> None:
+        """Stop the engine's worker threads."""
+        self.engine.close()
+
+    def uniform(self, low: float, high: float, shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
+        """float64 draws uniform in ``[low, high)`` on ``self.device``."""
+        return low + (high - low) * torch.rand(shape, dtype=torch.float64, device=self.device, generator=generator)
+
+    def normal(self, scale: float, shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
+        """float64 draws from ``N(0, scale**2)`` on ``self.device``."""
+        return scale * torch.randn(shape, dtype=torch.float64, device=self.device, generator=generator)
