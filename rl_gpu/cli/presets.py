@@ -20,6 +20,31 @@ _CLASSIC = {
     "deterministic_eval": True,
 }
 
+_LOCOMOTION = {
+    # MuJoCo robots: observations and rewards normalised (returns of thousands would swamp the value loss),
+    # small initial action noise (torques of ±1 at random make a cheetah flip), a short horizon of 64 steps
+    # over a few dozen worlds, 10 epochs on 4 minibatches.
+    "num_envs": 64,
+    "num_steps": 64,
+    "learning_rate": 3e-4,
+    "anneal_lr": True,
+    "normalize_obs": True,
+    "init_log_std": -1.0,
+    "min_updates": 1,
+    "max_updates": 100_000,
+    "total_timesteps": 10_000_000,
+    "eval_every": 25,
+    "eval_episodes": 8,
+    "final_eval_episodes": 32,
+    "consecutive_passes": 2,
+    "deterministic_eval": True,
+    "ppo": {"gamma": 0.98, "gae_lambda": 0.92, "update_epochs": 10, "num_minibatches": 4, "ent_coef": 0.0,
+            "norm_reward": True},
+}
+_LOCOMOTION_TASKS: dict[str, dict] = {
+    "HalfCheetah-v5": {"solve_threshold": 3000.0},
+}
+
 PRESETS: dict[str, dict] = {
     "RussianRoulette-v0": {
         "num_envs": 4096,
@@ -57,6 +82,7 @@ PRESETS: dict[str, dict] = {
         "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 10, "num_minibatches": 16, "ent_coef": 0.0,
                 "reward_scale": 0.1},
     },
+    **{env_id: {**_LOCOMOTION, **extra} for env_id, extra in _LOCOMOTION_TASKS.items()},
 }
 """Per-environment defaults over :class:`TrainConfig`'s; command-line flags override them."""
 

@@ -90,6 +90,9 @@ class EnvSpec:
     captured in a CUDA graph; False for host-stepped engines."""
     exact_resume: bool = False
     """``state_dict`` / ``load_state_dict`` restore the environments exactly (else a resume restarts them)."""
+    reward_terms: tuple[str, ...] = ()
+    """Names of the terms the reward sums (robot tasks); when given, the environment's
+    ``reward_term_stats()`` returns each term's mean sum per episode finished since its last call."""
 
     def __post_init__(self) -> None:
         if not self.obs_groups:

@@ -134,6 +134,9 @@ class Trainer(CheckpointMixin):
         except ValueError as e:
             raise UsageError(str(e)) from None
         self.num_steps = self.algo.num_steps
+        self.reward_terms = tuple(self.env.spec.reward_terms)
+        self.metric_names = tuple(self.algo.metric_names) + tuple(f"reward/{t}" for t in self.reward_terms)
+        """What one update logs: the algorithm's metrics, then each reward term's sum per finished episode."""
         self.initial_policy = self.algo.initial_policy()
         self.update = 0
         self.global_step = 0
@@ -337,7 +340,9 @@ class Trainer(CheckpointMixin):
         self.algo.set_progress(min(1.0, self.update * self.step_bound / budget) if budget
                                else self.update / self.config.max_updates)
         metrics = self.algo.iterate(phase=logger.phase)
-        values = torch.stack([metrics[name].detach().float() for name in self.algo.metric_names])
+        if self.reward_terms:
+            metrics.update({f"reward/{k}": v for k, v in self.env.reward_term_stats().items()})
+        values = torch.stack([metrics[name].detach().float() for name in self.metric_names])
         self.update += 1
         return values
 
@@ -351,7 +356,7 @@ class Trainer(CheckpointMixin):
         rows = torch.stack([p.values for p in pending]).cpu().tolist()
         self.train_seconds += time.perf_counter() - start
         seconds, self._read_seconds = self.train_seconds - self._read_seconds, self.train_seconds
-        names = self.algo.metric_names
+        names = self.metric_names
         rate = sum(dict(zip(names, row))["transitions"] for row in rows) / max(seconds, 1e-9)
         lines = []
         for i, (p, row) in enumerate(zip(pending, rows)):
@@ -359,12 +364,16 @@ class Trainer(CheckpointMixin):
             episodes = values.pop("episodes")
             transitions = values.pop("transitions")
             collected = {k: values.pop(k) for k in ("episode_return", "episode_length", "win_rate")}
+            # A term's mean is NaN in an update where no episode finished: left out, not a numerical fault.
+            terms = {name: value for name in [f"reward/{t}" for t in self.reward_terms]
+                     if math.isfinite(value := values.pop(name))}
             self.global_step += int(transitions)
             record = {"episodes": int(episodes), "transitions": int(transitions), **values,
                       "time": self.train_seconds if i == len(pending) - 1 else p.train_seconds,
                       "steps_per_second": rate}
             if episodes > 0:
                 record[self.goal.headline] = collected[self.goal.source]
+            record.update(terms)
             finite = all(math.isfinite(v) for v in values.values())
             lines.append(MetricsLine(p.update, self.global_step, record, p.phases, finite))
         return lines

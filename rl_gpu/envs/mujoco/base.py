@@ -27,6 +27,7 @@ from torch import Tensor
 
 from rl_gpu.core.types import EnvSpec
 from rl_gpu.envs.base import EnvState, TensorEnv
+from rl_gpu.envs.dependency_warnings import warnings_once
 from rl_gpu.envs.mujoco.engine import MujocoEngine, require_mujoco
 from rl_gpu.envs.mujoco.randomization import Randomization, build_variants, draw_scales
 
@@ -108,12 +109,14 @@ class MujocoEnv(TensorEnv[MjInner]):
         """Path of the task's MJCF file."""
 
     def load_model(self):
-        """The compiled nominal model (override to edit the MJCF first)."""
-        return mujoco.MjModel.from_xml_path(self.model_path())
+        """The compiled nominal model (override to edit the MJCF first). The compiler's warnings (Gymnasium's
+        MJCF files use attributes MuJoCo deprecated) are shown once per process, not once per build."""
+        with warnings_once(python=False):
+            return mujoco.MjModel.from_xml_path(self.model_path())
 
     @property
     def spec(self) -> EnvSpec:
-        return replace(super().spec, functional=False)
+        return replace(super().spec, functional=False, reward_terms=tuple(self.reward_terms))
 
     # --- what a task writes -------------------------------------------------------------------------------
 

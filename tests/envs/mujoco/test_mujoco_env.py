@@ -1,0 +1,140 @@
+"""The MuJoCo task template and engine: domain randomisation, thread-count independence, reward terms in a
+training run's metrics."""
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("mujoco")
+
+from rl_gpu.algos.ppo.config import PPOConfig  # noqa: E402
+from rl_gpu.envs.mujoco.locomotion import HalfCheetahEnv  # noqa: E402
+from rl_gpu.envs.mujoco.randomization import Randomization  # noqa: E402
+from rl_gpu.training.config import TrainConfig  # noqa: E402
+from rl_gpu.training.runner import train  # noqa: E402
+
+WIDE = Randomization(friction=(0.3, 1.5), mass=(0.5, 1.5), motor_strength=(0.5, 1.5), damping=(0.5, 2.0),
+                     num_variants=8)
+
+
+def _same_start(env):
+    """Every row at row 0's state (variants kept), so that only the physics differs between rows."""
+    state = env.get_state()
+    physics = state.inner.physics[:1].expand_as(state.inner.physics).clone()
+    env.set_state(state._replace(inner=state.inner._replace(physics=physics)))
+
+
+def _outcome(env, steps=10):
+    _same_start(env)
+    action = torch.full((env.num_envs, 6), 0.7)
+    for _ in range(steps):
+        result = env.step(action)
+    return result.obs
+
+
+def test_randomized_rows_get_different_physics_and_equal_variants_equal_physics():
+    env = HalfCheetahEnv(32, seed=3, num_threads=1, randomization=WIDE)
+    variant = env.state.inner.variant
+    assert len(env.engine.models) == 8 and 1 < len(set(variant.tolist())) <= 8
+    obs = _outcome(env)
+    for i in range(env.num_envs):
+        for j in range(i + 1, env.num_envs):
+            same = torch.equal(obs[i], obs[j])
+            assert same == bool(variant[i] == variant[j]), (i, j, variant[i], variant[j])
+    nominal = HalfCheetahEnv(2, seed=3, num_threads=1)
+    assert len(nominal.engine.models) == 1 and nominal.variant_scales is None
+    nominal_obs = _outcome(nominal)
+    assert torch.equal(nominal_obs[0], nominal_obs[1]) and not torch.equal(nominal_obs[0], obs[0])
+
+
+def test_the_pool_applies_each_scale_to_its_model_fields():
+    env = HalfCheetahEnv(4, seed=5, num_threads=1, randomization=WIDE)
+    base, scales = env.model, env.variant_scales
+    for k, m in enumerate(env.engine.models):
+        assert torch.allclose(torch.tensor(m.geom_friction[:, 0]),
+                              torch.tensor(base.geom_friction[:, 0] * scales["friction"][k, 0]))
+        assert torch.allclose(torch.tensor(m.body_mass), torch.tensor(base.body_mass * scales["mass"][k]))
+        assert torch.allclose(torch.tensor(m.actuator_gainprm[:, 0]),
+                              torch.tensor(base.actuator_gainprm[:, 0] * scales["motor_strength"][k]))
+        assert torch.allclose(torch.tensor(m.dof_damping), torch.tensor(base.dof_damping * scales["damping"][k]))
+    low, high = WIDE.mass
+    assert ((scales["mass"] >= low) & (scales["mass"] <= high)).all()
+
+
+def test_the_same_seed_draws_the_same_pool_and_variants_and_another_seed_does_not():
+    a = HalfCheetahEnv(16, seed=7, num_threads=1, randomization=WIDE)
+    b = HalfCheetahEnv(16, seed=7, num_threads=1, randomization=WIDE)
+    c = HalfCheetahEnv(16, seed=8, num_threads=1, randomization=WIDE)
+    for name in a.variant_scales:
+        assert (a.variant_scales[name] == b.variant_scales[name]).all()
+    assert not (a.variant_scales["mass"] == c.variant_scales["mass"]).all()
+    assert torch.equal(a.state.inner.variant, b.state.inner.variant)
+    action = torch.full((16, 6), -0.4)
+    for _ in range(5):
+        ra, rb = a.step(action), b.step(action)
+    assert torch.equal(ra.obs, rb.obs) and torch.equal(ra.reward, rb.reward)
+
+
+def test_a_reset_draws_a_new_variant_for_its_row():
+    env = HalfCheetahEnv(64, seed=1, num_threads=1, randomization=WIDE)
+    before = env.state.inner.variant.clone()
+    env.reset_rows(torch.ones(64, dtype=torch.bool))
+    assert (env.state.inner.variant != before).any()
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"mass": (1.5, 0.5)}, "0 < low <= high"),
+    ({"friction": (0.0, 1.0)}, "0 < low <= high"),
+    ({"damping": (1.0, float("nan"))}, "pair of scales"),
+    ({"num_variants": 0}, "num_variants must be a positive int"),
+])
+def test_bad_randomization_ranges_are_refused_in_one_line(bad, message):
+    with pytest.raises(ValueError, match=message):
+        Randomization(**bad)
+    with pytest.raises(TypeError, match="Randomization or a dict"):
+        HalfCheetahEnv(1, num_threads=1, randomization=[0.5, 1.5])
+
+
+def test_results_do_not_depend_on_the_thread_count_or_the_batch():
+    one = HalfCheetahEnv(8, seed=2, num_threads=1, randomization=WIDE)
+    two = HalfCheetahEnv(8, seed=2, num_threads=2, randomization=WIDE)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        action = torch.rand(8, 6, generator=gen) * 2 - 1
+        r1, r2 = one.step(action), two.step(action)
+        assert torch.equal(r1.obs, r2.obs) and torch.equal(r1.reward, r2.reward)
+    assert torch.equal(one.state.inner.physics, two.state.inner.physics)
+
+
+def test_reward_terms_sum_to_the_episode_return():
+    env = HalfCheetahEnv(3, seed=0, num_threads=1)
+    env.max_episode_steps = 40
+    for _ in range(40):
+        result = env.step(torch.rand(3, 6) * 2 - 1)
+    returns = result.episode_return.double()
+    assert bool(result.truncated.all())
+    stats = env.reward_term_stats()
+    assert set(stats) == {"forward", "ctrl"} and env.spec.reward_terms == ("forward", "ctrl")
+    assert float(stats["forward"] + stats["ctrl"]) == pytest.approx(float(returns.mean()), rel=1e-5)
+    assert float(stats["ctrl"]) < 0
+    assert torch.isnan(env.reward_term_stats()["forward"])  # nothing finished since the last read
+
+
+class ShortCheetah(HalfCheetahEnv):
+    max_episode_steps = 50
+
+
+def test_a_training_run_logs_each_reward_term(tmp_path):
+    config = TrainConfig(
+        env=f"{__name__}:ShortCheetah", output=tmp_path / "run", num_envs=4, num_steps=25, max_updates=4, min_updates=1,
+        eval_every=4, eval_episodes=4, final_eval_episodes=4, device="cpu", log_every=1, quiet=True,
+        normalize_obs=True, solve_threshold=1e9, ppo=PPOConfig(num_minibatches=4, update_epochs=1, norm_reward=True),
+    )
+    (result,) = train(config, display="off")
+    lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    updates = [line for line in lines if "loss" in line]
+    assert [("reward/forward" in line) for line in updates] == [False, True, False, True]
+    last = updates[-1]
+    assert last["reward/ctrl"] < 0
+    assert last["reward/forward"] + last["reward/ctrl"] == pytest.approx(last["episode_return"], rel=1e-4)
