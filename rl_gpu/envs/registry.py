@@ -228,3 +228,8 @@ register("MountainCarContinuous-v0", "rl_gpu.envs.mountain_car:MountainCarContin
 register("Pendulum-v1", "rl_gpu.envs.pendulum:PendulumEnv")
 register("RussianRoulette-v0", "rl_gpu.envs.roulette:RussianRouletteVectorized")
 register("HalfCheetah-v5", "rl_gpu.envs.mujoco.locomotion:HalfCheetahEnv")
+register("Hopper-v5", "rl_gpu.envs.mujoco.locomotion:HopperEnv")
+register("Walker2d-v5", "rl_gpu.envs.mujoco.locomotion:Walker2dEnv")
+register("Ant-v5", "rl_gpu.envs.mujoco.locomotion3d:AntEnv")
+register("Humanoid-v5", "rl_gpu.envs.mujoco.locomotion3d:HumanoidEnv")
+register("Go1-Velocity-v0", "rl_gpu.envs.mujoco.quadruped:Go1VelocityEnv")

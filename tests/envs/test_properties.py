@@ -42,7 +42,10 @@ from torch import Tensor
 from rl_gpu.envs import StepResult, TensorEnv, env_class, make, registered_ids
 from rl_gpu.envs.base import EnvState
 
-ENV_IDS = tuple(i for i in registered_ids() if not i.startswith("gym:"))
+# MuJoCo tasks are slow to step at these batch sizes and have their own contract tests (tests/envs/mujoco):
+# HalfCheetah-v5 stands for them here.
+ENV_IDS = tuple(i for i in registered_ids() if not i.startswith("gym:")
+                and (not env_class(i).__module__.startswith("rl_gpu.envs.mujoco") or i == "HalfCheetah-v5"))
 CONTINUOUS_IDS = tuple(i for i in ENV_IDS if len(env_class(i).action_shape) > 0)
 DISCRETE_IDS = tuple(i for i in ENV_IDS if i not in CONTINUOUS_IDS)
 MASKED_IDS = tuple(i for i in DISCRETE_IDS if env_class(i)._legal_actions is not TensorEnv._legal_actions)

@@ -83,7 +83,7 @@ def _cli(*args, **kw):
 
 
 CLI_RUN = ["--env", "CartPole-v1", "--device", "cpu", "--seeds", "5", "--num-envs", "32", "--num-steps", "32",
-           "--max-updates", "24", "--eval-every", "6", "--eval-episodes", "32", "--final-eval-episodes", "16",
+           "--max-updates", "12", "--eval-every", "4", "--eval-episodes", "16", "--final-eval-episodes", "16",
            "--solve-threshold", "1e9", "--checkpoint-every", "2", "--log-every", "1"]
 
 
@@ -115,7 +115,7 @@ def test_sigkill_at_random_moments_then_resume(tmp_path, reference_run):
         proc = subprocess.Popen([sys.executable, "-m", "rl_gpu.train", "--output", str(out), *CLI_RUN], cwd=ROOT,
                                 env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         run_dir = out / "seed-5"
-        if _wait_for_updates(run_dir, rng.randint(2, 18), proc):
+        if _wait_for_updates(run_dir, rng.randint(2, 10), proc):
             time.sleep(rng.uniform(0.0, 0.3))
             proc.send_signal(signal.SIGKILL)
             killed += 1

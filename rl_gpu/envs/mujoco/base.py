@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -30,11 +30,15 @@ from rl_gpu.envs.base import EnvState, TensorEnv
 from rl_gpu.envs.dependency_warnings import warnings_once
 from rl_gpu.envs.mujoco.engine import MujocoEngine, require_mujoco
 from rl_gpu.envs.mujoco.randomization import Randomization, build_variants, draw_scales
+from rl_gpu.envs.mujoco.warp_engine import WarpEngine
 
 try:
     import mujoco
 except ImportError:  # pragma: no cover - exercised only without the optional dependency
     mujoco = None
+
+
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 class MjInner(NamedTuple):
@@ -51,13 +55,17 @@ class MjInner(NamedTuple):
 
 
 class MujocoEnv(TensorEnv[MjInner]):
-    """N worlds of one MJCF on MuJoCo's C engine (:class:`~rl_gpu.envs.mujoco.engine.MujocoEngine`).
+    """N worlds of one MJCF on MuJoCo's C engine (:class:`~rl_gpu.envs.mujoco.engine.MujocoEngine`) or on
+    MuJoCo Warp (:class:`~rl_gpu.envs.mujoco.warp_engine.WarpEngine`).
 
     Args:
         num_envs, device, seed, autoreset, validate_actions: as :class:`~rl_gpu.envs.base.TensorEnv`.
         num_threads: the engine's worker threads (None: every core this process may use).
         randomization: per-row physics ranges (:class:`~rl_gpu.envs.mujoco.randomization.Randomization`);
             None: the MJCF's nominal physics.
+        backend: ``"mujoco"``, MuJoCo's C engine on the CPU (a pool of K models for randomisation), or
+            ``"mujoco-warp"``, MuJoCo Warp in float32 on ``device`` (a GPU; the CPU for tests), the K variants'
+            parameters as per-world model fields (the ``mujoco-warp`` extra).
         **params: fields of the task's :attr:`params_type`.
     """
 
@@ -73,8 +81,11 @@ class MujocoEnv(TensorEnv[MjInner]):
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None, *,
                  num_threads: int | None = None, randomization: Randomization | dict | None = None,
-                 **kwargs: Any) -> None:
+                 backend: Literal["mujoco", "mujoco-warp"] = "mujoco", **kwargs: Any) -> None:
         require_mujoco()
+        if backend not in ("mujoco", "mujoco-warp"):
+            raise ValueError(f"backend must be 'mujoco' or 'mujoco-warp', got {backend!r}")
+        self.backend = backend
         if isinstance(randomization, dict):
             randomization = Randomization(**randomization)
         if randomization is not None and not isinstance(randomization, Randomization):
@@ -87,13 +98,20 @@ class MujocoEnv(TensorEnv[MjInner]):
         models = [self.model]
         if randomization is not None and randomization.active:
             self.variant_scales = draw_scales(self.model, randomization, self._pool_seed)
-            models = build_variants(self.model, self.variant_scales)
-        self.engine = MujocoEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields)
+            if backend == "mujoco":
+                models = build_variants(self.model, self.variant_scales)
+        if backend == "mujoco-warp":
+            self.engine = WarpEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields,
+                                     scales=self.variant_scales, device=device)
+        else:
+            self.engine = MujocoEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields)
         self.layout = self.engine.layout
         self.dt = self.engine.dt
         self.init_qpos = torch.tensor(self.model.qpos0, dtype=torch.float64)
         self.init_qvel = torch.zeros(self.model.nv, dtype=torch.float64)
-        self.action_shape = (self.model.nu,)
+        if tuple(self.action_shape) != (self.model.nu,):
+            raise TypeError(f"{type(self).__name__}.action_shape is {tuple(self.action_shape)}, its model has "
+                            f"{self.model.nu} actuators: declare action_shape = ({self.model.nu},)")
         low, high = self.model.actuator_ctrlrange.T.astype(np.float32)
         self.action_low, self.action_high = tuple(map(float, low)), tuple(map(float, high))
         self._term_sums: Tensor | None = None
@@ -183,7 +201,10 @@ class MujocoEnv(TensorEnv[MjInner]):
         after = after._replace(task=self._next_task(inner, after))
         stacked = torch.stack([terms[name] for name in self.reward_terms], dim=1)
         self._step_terms = stacked
-        return after, stacked.sum(dim=1).float(), terminated
+        # Costs of absurd actions (Gymnasium's control costs use the unclipped action) saturate at float32's
+        # largest value instead of overflowing to -inf: the reward stays finite.
+        reward = stacked.sum(dim=1).clamp(-_FLOAT32_MAX, _FLOAT32_MAX).float()
+        return after, reward, terminated
 
     def step_state(self, state: EnvState[MjInner], action: Tensor, reset_inner: MjInner):
         new_state, result = super().step_state(state, action, reset_inner)

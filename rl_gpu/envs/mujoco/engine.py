@@ -74,9 +74,13 @@ class MujocoEngine:
         num_envs: N.
         frame_skip: MuJoCo steps per control step (the control is held for all of them).
         num_threads: worker threads of the persistent pool (None: every core this process may use).
-        derived: ``MjData`` attributes to read after each step from a forward pass at the last substep's
-            starting state (what Gymnasium's envs read from ``MjData`` after ``mj_step``: ``cinert``,
-            ``cvel``, ``qfrc_actuator``; ``cfrc_ext`` also runs ``mj_rnePostConstraint``). Each is a
+        derived: ``MjData`` attributes to read after each step, as ``MjData`` holds them after ``mj_step`` and
+            ``mj_rnePostConstraint`` (what Gymnasium's envs read: ``cinert``, ``cvel``, ``qfrc_actuator``,
+            ``cfrc_ext``, body positions): the last substep is stepped again on the calling thread from its
+            starting state, since with the RK4 integrator (Gymnasium's MJCF files) these fields come from
+            RK4's last stage, not from the starting state. That replay starts its solve cold where the
+            rollout's was warm-started by the previous substep: equal to solver tolerance (Newton: ~1e-13 in
+            ``cfrc_ext``, ~1e-5 in hard contacts), ~1e-3 in small contact forces for PGS (Humanoid). Each is a
             ``(name, first_row)`` pair: rows ``first_row:`` of that ``[rows, cols]`` array, flattened.
     """
 
@@ -129,7 +133,7 @@ class MujocoEngine:
         if not self.derived:
             return after, torch.from_numpy(self._sensordata[:, -1].copy()).to(device)
         before_last = start if self.frame_skip == 1 else self._state[:, -2]
-        observed = self.forward_fields(models, before_last, self._control[:, -1])
+        observed = self.forward_fields(models, before_last, self._control[:, -1], substep=True)
         observed[:, :self.nsensordata] = self._sensordata[:, -1]
         return after, torch.from_numpy(observed).to(device)
 
@@ -140,11 +144,12 @@ class MujocoEngine:
         return [self.models[k] for k in variant.tolist()]
 
     def forward_fields(self, models: Sequence, physics: np.ndarray, ctrl: np.ndarray | None,
-                       post_constraint: bool = True) -> np.ndarray:
+                       post_constraint: bool = True, substep: bool = False) -> np.ndarray:
         """``[N, nsensordata + D]`` sensor values and derived quantities (:attr:`derived`) of a forward pass at
         each row's ``physics`` (``[N, nstate]``) with controls ``ctrl`` (``[N, nu]``; None: zero), as ``MjData``
-        holds them after ``mj_forward`` (and ``mj_rnePostConstraint`` when ``post_constraint``: ``cfrc_ext``;
-        without it ``cfrc_ext`` stays zero, as after a Gymnasium reset). A loop over rows on the calling thread."""
+        holds them after ``mj_forward`` (``substep``: after ``mj_step`` from ``physics``) and
+        ``mj_rnePostConstraint`` when ``post_constraint`` (``cfrc_ext``; without it ``cfrc_ext`` stays zero, as
+        after a Gymnasium reset). A loop over rows on the calling thread."""
         d = self._scratch
         out = np.empty((physics.shape[0], self.observed_size))
         for i, m in enumerate(models):
@@ -152,7 +157,10 @@ class MujocoEngine:
             mujoco.mj_setState(m, d, physics[i], FULLPHYSICS)
             if ctrl is not None:
                 d.ctrl[:] = ctrl[i]
-            mujoco.mj_forward(m, d)
+            if substep:
+                mujoco.mj_step(m, d)
+            else:
+                mujoco.mj_forward(m, d)
             if post_constraint:
                 mujoco.mj_rnePostConstraint(m, d)
             out[i, :self.nsensordata] = d.sensordata

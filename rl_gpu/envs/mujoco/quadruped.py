@@ -1,0 +1,313 @@
+"""A legged robot tracking velocity commands: Unitree Go1 on flat ground (``Go1-Velocity-v0``), the task of
+legged_gym, Isaac Lab and mjlab's flat velocity environments on the batched MuJoCo engine.
+
+The model is MuJoCo Menagerie's Go1 with its visual meshes removed (``assets/go1``: collision primitives only,
+so each domain-randomisation variant is a small copy). Everything the task adds lives in ``inner.task``:
+commands, a step counter, the last action and a per-row random key. Command resampling and pushes need
+randomness mid-episode; it comes from a counter-based hash of (row key, step, stream) in torch, so a
+transition stays a pure function of the state: same seed, same episode; a restored state continues exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from rl_gpu.envs.mujoco.base import MjInner, MujocoEnv
+
+ASSETS = os.path.join(os.path.dirname(__file__), "assets", "go1")
+
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: Tensor, c: int) -> Tensor:
+    """``(x * c) mod 2**32`` for int64 ``x`` in ``[0, 2**32)`` without int64 overflow (16-bit halves)."""
+    return ((x & 0xFFFF) * c + (((x >> 16) * c) & 0xFFFF) * 65536) & _M32
+
+
+def _hash32(x: Tensor) -> Tensor:
+    """A 32-bit integer mixer (lowbias32) on int64 tensors holding values in ``[0, 2**32)``."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def hash_uniform(key: Tensor, counter: Tensor, stream: int, size: int) -> Tensor:
+    """``[N, size]`` float64 in ``[0, 1)``: a pure function of each row's ``key`` and ``counter`` (``[N]``
+    integer-valued tensors) and ``stream``, so draws made inside a transition need no generator."""
+    k = key.long().unsqueeze(1) & _M32
+    c = counter.long().unsqueeze(1) & _M32
+    lanes = torch.arange(size, device=key.device).unsqueeze(0) + 64 * stream
+    x = _hash32(k ^ _hash32((_mul32(c, 0x9E3779B1) + lanes) & _M32))
+    return _hash32(x ^ 0x5BD1E995).double() / 2.0**32
+
+
+def quat_rotate_inverse(quat: Tensor, v: Tensor) -> Tensor:
+    """``[N, 3]`` world vectors ``v`` in the frame of ``[N, 4]`` (w, x, y, z) quaternions: ``R(q)^T v``."""
+    q = quat / quat.norm(dim=1, keepdim=True)
+    w, u = q[:, :1], -q[:, 1:]
+    t = 2.0 * torch.linalg.cross(u, v, dim=1)
+    return v + w * t + torch.linalg.cross(u, t, dim=1)
+
+
+@dataclass(frozen=True)
+class Go1VelocityParams:
+    """Commands, action, reward weights, terminations, pushes and resets of ``Go1-Velocity-v0``.
+
+    Reward weights are per second: each term is ``weight * dt * value`` (legged_gym's convention), so the
+    return of an episode does not depend on the control rate.
+    """
+
+    lin_vel_x: tuple[float, float] = (-1.0, 1.0)
+    """Forward velocity command range (m/s, body frame)."""
+    lin_vel_y: tuple[float, float] = (-0.5, 0.5)
+    """Sideways velocity command range (m/s, body frame)."""
+    ang_vel_z: tuple[float, float] = (-1.0, 1.0)
+    """Yaw-rate command range (rad/s)."""
+    zero_command_probability: float = 0.1
+    """Chance that a drawn command is all zeros (standing still)."""
+    command_resample_steps: int = 500
+    """Commands are drawn again every this many steps (10 s)."""
+    action_scale: float = 0.25
+    """Joint target = home pose + action_scale * action (rad)."""
+    clip_actions: float = 10.0
+    """Actions are clipped to ``[-clip_actions, clip_actions]`` (the spec's bounds)."""
+    tracking_sigma: float = 0.25
+    """Width of the tracking kernels ``exp(-error**2 / sigma)``."""
+    track_lin_vel_xy: float = 1.0
+    track_ang_vel_z: float = 0.5
+    lin_vel_z: float = -2.0
+    ang_vel_xy: float = -0.05
+    orientation: float = -2.5
+    torques: float = -2e-4
+    action_rate: float = -0.01
+    termination: float = -10.0
+    max_tilt: float = 1.0
+    """Terminated when the trunk's up axis is more than this many radians from vertical."""
+    min_base_height: float = 0.12
+    """Terminated when the trunk origin is lower than this (m); the home pose stands at about 0.26."""
+    push_interval_steps: int = 750
+    """A planar velocity kick every this many steps (15 s); 0 turns pushes off."""
+    max_push_velocity: float = 1.0
+    """Each kick adds U(-v, v) m/s to the trunk's world x and y velocities."""
+    reset_joint_noise: float = 0.1
+    """Episode starts: home joint angles + U(-noise, noise) rad (kept inside the joint ranges)."""
+    reset_velocity_noise: float = 0.1
+    """Episode starts: trunk linear and angular velocity U(-noise, noise); yaw is uniform."""
+
+    def __post_init__(self) -> None:
+        for name in ("lin_vel_x", "lin_vel_y", "ang_vel_z"):
+            low, high = getattr(self, name)
+            if not low <= high:
+                raise ValueError(f"{name} must be a (low, high) range with low <= high, got {(low, high)}")
+        for name, least in (("command_resample_steps", 1), ("push_interval_steps", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        if not 0.0 <= self.zero_command_probability <= 1.0:
+            raise ValueError(f"zero_command_probability must be in [0, 1], got "
+                             f"{self.zero_command_probability}")
+        if not (self.tracking_sigma > 0 and self.clip_actions > 0):
+            raise ValueError("tracking_sigma and clip_actions must be positive")
+
+
+class Go1VelocityEnv(MujocoEnv):
+    """``Go1-Velocity-v0``: a Unitree Go1 follows per-row velocity commands on flat ground.
+
+    - Observation ``[N, 48]`` float32: base linear velocity (body frame, 3), base angular velocity (body
+      frame, 3), projected gravity (3), command (vx, vy, yaw rate; 3), joint positions minus the home pose
+      (12), joint velocities (12), last action (12; clipped). Unscaled.
+    - Action ``[N, 12]``: joint position offsets; target = home + ``action_scale`` * action, held by the
+      MJCF's position servos (kp 100, joint damping 1-2) for 5 physics steps of 4 ms: a 50 Hz policy.
+    - Reward: the sum of :attr:`reward_terms` (each ``weight * dt * value``, see :class:`Go1VelocityParams`).
+    - Terminated: trunk tilted beyond ``max_tilt`` or lower than ``min_base_height``. Truncated: 1000 steps.
+    - Pushes every ``push_interval_steps``; commands redrawn every ``command_resample_steps``.
+    """
+
+    frame_skip = 5
+    obs_shape = (48,)
+    action_shape = (12,)
+    max_episode_steps = 1000
+    params_type = Go1VelocityParams
+    reward_terms = ("track_lin_vel_xy", "track_ang_vel_z", "lin_vel_z", "ang_vel_xy", "orientation",
+                    "torques", "action_rate", "termination")
+    task_size = 17
+    CMD, STEP, KEY, LAST_ACTION = slice(0, 3), 3, 4, slice(5, 17)
+    """Columns of ``inner.task``: command, steps since reset, random key (hash draws), last action."""
+
+    @classmethod
+    def model_path(cls) -> str:
+        return os.path.join(ASSETS, "scene.xml")
+
+    def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None, **kwargs):
+        super().__init__(num_envs, device, seed, **kwargs)
+        clip = float(self.params.clip_actions)
+        self.action_low, self.action_high = (-clip,) * self.model.nu, (clip,) * self.model.nu
+        self._error_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
+        self._error_count = torch.zeros((), dtype=torch.float64, device=self.device)
+
+    def load_model(self):
+        model = super().load_model()
+        self.home_qpos = torch.tensor(model.key("home").qpos, dtype=torch.float64)
+        ranges = torch.tensor(model.jnt_range[1:], dtype=torch.float64)  # the hinges after the free joint
+        self.joint_low, self.joint_high = ranges[:, 0], ranges[:, 1]
+        self.trunk_body = model.body("trunk").id
+        return model
+
+    def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> MjInner:
+        for name in ("home_qpos", "joint_low", "joint_high"):
+            setattr(self, name, getattr(self, name).to(self.device))
+        return super()._sample_initial_state(num_envs, generator)
+
+    # --- views ------------------------------------------------------------------------------------------
+
+    def base_velocity(self, inner: MjInner) -> tuple[Tensor, Tensor]:
+        """``([N, 3] linear, [N, 3] angular)`` float64 velocity of the trunk in its own frame. MuJoCo's free
+        joint keeps the linear velocity in the world frame (``qvel[0:3]``) and the angular one in the body
+        frame (``qvel[3:6]``)."""
+        qpos, qvel = self.qpos(inner), self.qvel(inner)
+        return quat_rotate_inverse(qpos[:, 3:7], qvel[:, 0:3]), qvel[:, 3:6]
+
+    def projected_gravity(self, inner: MjInner) -> Tensor:
+        """``[N, 3]`` the unit gravity direction in the trunk frame (``(0, 0, -1)`` when level)."""
+        down = torch.zeros_like(self.qvel(inner)[:, :3])
+        down[:, 2] = -1.0
+        return quat_rotate_inverse(self.qpos(inner)[:, 3:7], down)
+
+    def commands(self, inner: MjInner) -> Tensor:
+        """``[N, 3]`` float64 (vx, vy, yaw rate) commands."""
+        return inner.task[:, self.CMD]
+
+    def tracking_error(self, inner: MjInner) -> Tensor:
+        """``[N, 3]`` float64 absolute errors ``|command - velocity|`` of (vx, vy, yaw rate), body frame."""
+        lin, ang = self.base_velocity(inner)
+        actual = torch.cat((lin[:, :2], ang[:, 2:]), dim=1)
+        return (self.commands(inner) - actual).abs()
+
+    def joint_torques(self, inner: MjInner) -> Tensor:
+        """``[N, 12]`` actuator forces of the last physics step (``actuatorfrc`` sensors; 0 at a reset)."""
+        return inner.observed[:, :self.model.nu]
+
+    def foot_contact(self, inner: MjInner) -> Tensor:
+        """``[N, 4]`` bool: the FR, FL, RR, RL feet touch something at the last physics step (``touch``
+        sensors; False at a reset)."""
+        return inner.observed[:, self.model.nu:self.model.nu + 4] > 0
+
+    def privileged_obs(self, inner: MjInner) -> Tensor:
+        """``[N, 7]`` float32 for a critic (not used by the policy observation): trunk height, the row
+        variant's friction scale and trunk mass scale (1 without randomisation), four foot contact flags."""
+        friction = mass = torch.ones(inner.variant.shape[0], dtype=torch.float64, device=self.device)
+        if self.variant_scales is not None:
+            scales = self.variant_scales
+            friction = torch.from_numpy(scales["friction"][:, 0]).to(self.device)[inner.variant]
+            mass = torch.from_numpy(scales["mass"][:, self.trunk_body]).to(self.device)[inner.variant]
+        height = self.qpos(inner)[:, 2]
+        return torch.cat((torch.stack((height, friction, mass), dim=1), self.foot_contact(inner).double()),
+                         dim=1).float()
+
+    # --- the task ---------------------------------------------------------------------------------------
+
+    def _reset_physics(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        p = self.params
+        qpos = self.home_qpos.expand(n, -1).clone()
+        yaw = self.uniform(-math.pi, math.pi, (n,), generator)
+        qpos[:, 3], qpos[:, 6] = torch.cos(yaw / 2), torch.sin(yaw / 2)
+        noise = self.uniform(-p.reset_joint_noise, p.reset_joint_noise, (n, self.model.nu), generator)
+        qpos[:, 7:] = torch.clamp(qpos[:, 7:] + noise, self.joint_low, self.joint_high)
+        qvel = torch.zeros(n, self.layout.nv, dtype=torch.float64, device=self.device)
+        qvel[:, :6] = self.uniform(-p.reset_velocity_noise, p.reset_velocity_noise, (n, 6), generator)
+        return qpos, qvel
+
+    def _draw_commands(self, key: Tensor, counter: Tensor) -> Tensor:
+        p = self.params
+        u = hash_uniform(key, counter, stream=1, size=4)
+        low, high = torch.tensor([p.lin_vel_x, p.lin_vel_y, p.ang_vel_z], dtype=torch.float64,
+                                 device=key.device).T
+        command = low + (high - low) * u[:, :3]
+        return torch.where(u[:, 3:] < p.zero_command_probability, torch.zeros_like(command), command)
+
+    def _reset_task(self, n: int, generator: torch.Generator) -> Tensor:
+        task = torch.zeros(n, self.task_size, dtype=torch.float64, device=self.device)
+        key = torch.randint(0, 2**31, (n,), device=self.device, generator=generator).double()
+        task[:, self.KEY] = key
+        task[:, self.CMD] = self._draw_commands(key, torch.zeros_like(key))
+        return task
+
+    def _control(self, inner: MjInner, action: Tensor) -> Tensor:
+        # Kept for _rewards (action rate) and _next_task (last action) of the same transition.
+        clip = self.params.clip_actions
+        self._clipped_action = action.double().clamp(-clip, clip)
+        return self.home_qpos[7:] + self.params.action_scale * self._clipped_action
+
+    def _perturb(self, inner: MjInner) -> Tensor:
+        p = self.params
+        if p.push_interval_steps <= 0 or p.max_push_velocity == 0:
+            return inner.physics
+        step, key = inner.task[:, self.STEP], inner.task[:, self.KEY]
+        push = (step > 0) & (torch.remainder(step, p.push_interval_steps) == 0)
+        kick = p.max_push_velocity * (2.0 * hash_uniform(key, step, stream=2, size=2) - 1.0)
+        physics = inner.physics.clone()
+        vxy = slice(self.layout.qvel.start, self.layout.qvel.start + 2)
+        physics[:, vxy] += torch.where(push.unsqueeze(1), kick, torch.zeros_like(kick))
+        return physics
+
+    def _next_task(self, before: MjInner, after: MjInner) -> Tensor:
+        task = before.task.clone()
+        step = task[:, self.STEP] + 1
+        task[:, self.STEP] = step
+        resample = torch.remainder(step, self.params.command_resample_steps) == 0
+        fresh = self._draw_commands(task[:, self.KEY], step)
+        task[:, self.CMD] = torch.where(resample.unsqueeze(1), fresh, task[:, self.CMD])
+        task[:, self.LAST_ACTION] = self._clipped_action
+        return task
+
+    def _observe(self, inner: MjInner) -> Tensor:
+        lin, ang = self.base_velocity(inner)
+        joints = self.qpos(inner)[:, 7:] - self.home_qpos[7:]
+        return torch.cat((lin, ang, self.projected_gravity(inner), self.commands(inner), joints,
+                          self.qvel(inner)[:, 6:], inner.task[:, self.LAST_ACTION]), dim=1).float()
+
+    def _rewards(self, before: MjInner, after: MjInner, action: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        p, dt = self.params, self.dt
+        lin, ang = self.base_velocity(after)
+        gravity = self.projected_gravity(after)
+        # after.task is still before.task here: the command the policy acted on.
+        self._step_errors = error = self.tracking_error(after)
+        action_rate = (self._clipped_action - before.task[:, self.LAST_ACTION]).square().sum(dim=1)
+        terminated = (gravity[:, 2] > -math.cos(p.max_tilt)) | (self.qpos(after)[:, 2] < p.min_base_height)
+        terms = {
+            "track_lin_vel_xy": p.track_lin_vel_xy * torch.exp(-error[:, :2].square().sum(dim=1)
+                                                               / p.tracking_sigma),
+            "track_ang_vel_z": p.track_ang_vel_z * torch.exp(-error[:, 2].square() / p.tracking_sigma),
+            "lin_vel_z": p.lin_vel_z * lin[:, 2].square(),
+            "ang_vel_xy": p.ang_vel_xy * ang[:, :2].square().sum(dim=1),
+            "orientation": p.orientation * gravity[:, :2].square().sum(dim=1),
+            "torques": p.torques * self.joint_torques(after).square().sum(dim=1),
+            "action_rate": p.action_rate * action_rate,
+            "termination": p.termination * terminated.double(),
+        }
+        return {name: dt * value for name, value in terms.items()}, terminated
+
+    # --- tracking statistics ----------------------------------------------------------------------------
+
+    def step_state(self, state, action, reset_inner):
+        new_state, result = super().step_state(state, action, reset_inner)
+        live = torch.ones_like(state.done) if self.autoreset else ~state.done
+        self._error_sums += torch.where(live.unsqueeze(1), self._step_errors, 0.0).sum(dim=0)
+        self._error_count += live.sum()
+        return new_state, result
+
+    def tracking_error_stats(self) -> dict[str, Tensor]:
+        """``{"lin_vel_x", "lin_vel_y", "ang_vel_z": 0-dim tensor}``: mean absolute tracking error (command
+        minus body-frame velocity after the step) over every row-step since the last call (NaN when none);
+        the sums restart."""
+        mean = self._error_sums / self._error_count
+        self._error_sums.zero_()
+        self._error_count.zero_()
+        return {name: mean[i] for i, name in enumerate(("lin_vel_x", "lin_vel_y", "ang_vel_z"))}
