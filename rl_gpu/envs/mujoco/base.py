@@ -94,17 +94,11 @@ class MujocoEnv(TensorEnv[MjInner]):
         self.randomization = randomization
         self.model = self.load_model()
         self._pool_seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
-        self.variant_scales = None
-        models = [self.model]
+        scales = None
         if randomization is not None and randomization.active:
-            self.variant_scales = draw_scales(self.model, randomization, self._pool_seed)
-            if backend == "mujoco":
-                models = build_variants(self.model, self.variant_scales)
-        if backend == "mujoco-warp":
-            self.engine = WarpEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields,
-                                     scales=self.variant_scales, device=device)
-        else:
-            self.engine = MujocoEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields)
+            scales = draw_scales(self.model, randomization, self._pool_seed)
+        self._engine_args = (num_envs, num_threads, device)
+        self._build_engine(scales)
         self.layout = self.engine.layout
         self.dt = self.engine.dt
         self.init_qpos = torch.tensor(self.model.qpos0, dtype=torch.float64)
@@ -120,6 +114,22 @@ class MujocoEnv(TensorEnv[MjInner]):
         self._term_sums = torch.zeros(num_envs, len(self.reward_terms), dtype=torch.float64, device=self.device)
         self._finished_terms = torch.zeros(len(self.reward_terms), dtype=torch.float64, device=self.device)
         self._finished_episodes = torch.zeros((), dtype=torch.float64, device=self.device)
+
+    def _build_engine(self, scales: dict[str, np.ndarray] | None) -> None:
+        """(Re)build the engine for the variant pool ``scales`` (None: the nominal model alone)."""
+        num_envs, num_threads, device = self._engine_args
+        self.variant_scales = scales
+        models = [self.model]
+        if scales is not None and self.backend == "mujoco":
+            models = build_variants(self.model, scales)
+        old = getattr(self, "engine", None)
+        if self.backend == "mujoco-warp":
+            self.engine = WarpEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields,
+                                     scales=scales, device=device)
+        else:
+            self.engine = MujocoEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields)
+        if old is not None:
+            old.close()
 
     @classmethod
     @abc.abstractmethod
@@ -233,11 +243,24 @@ class MujocoEnv(TensorEnv[MjInner]):
         return super().reset(seed)
 
     def state_dict(self) -> dict[str, Any]:
+        """The base's state, the reward-term sums and the randomisation pool's scales (the physics each
+        ``variant`` index stands for), so that a batch built with another seed resumes exactly."""
         state = super().state_dict()
         state["reward_term_sums"] = self._term_sums
+        if self.variant_scales is not None:
+            state["variant_scales"] = {k: torch.from_numpy(v.copy()) for k, v in self.variant_scales.items()}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = state.get("variant_scales")
+        if (saved is None) != (self.variant_scales is None):
+            raise ValueError("state of a randomised batch loaded into a nominal one, or the reverse: build the "
+                             "environment with the same randomization")
+        if saved is not None:
+            scales = {k: v.cpu().numpy() for k, v in saved.items()}
+            if scales.keys() != self.variant_scales.keys() or any(
+                    not np.array_equal(scales[k], self.variant_scales[k]) for k in scales):
+                self._build_engine(scales)
         super().load_state_dict(state)
         if "reward_term_sums" in state:
             self._term_sums = state["reward_term_sums"].to(self.device, torch.float64).clone()

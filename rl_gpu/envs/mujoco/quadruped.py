@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.envs.mujoco.base import MjInner, MujocoEnv
+from rl_gpu.envs.mujoco.randomization import Randomization
 
 ASSETS = os.path.join(os.path.dirname(__file__), "assets", "go1")
 
@@ -117,6 +118,12 @@ class Go1VelocityParams:
             raise ValueError("tracking_sigma and clip_actions must be positive")
 
 
+DEFAULT_RANDOMIZATION = Randomization(friction=(0.4, 1.25), mass=(0.9, 1.1), motor_strength=(0.9, 1.1),
+                                      damping=(0.8, 1.2), num_variants=32)
+"""``Go1-Velocity-v0``'s default physics ranges (rsl_rl / Isaac Lab's usual friction range, +-10% masses and
+motor strength, +-20% joint damping) over a pool of 32 model variants."""
+
+
 class Go1VelocityEnv(MujocoEnv):
     """``Go1-Velocity-v0``: a Unitree Go1 follows per-row velocity commands on flat ground.
 
@@ -146,6 +153,9 @@ class Go1VelocityEnv(MujocoEnv):
         return os.path.join(ASSETS, "scene.xml")
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None, **kwargs):
+        # Randomised physics unless told otherwise (randomization=None: the nominal model): a walking policy
+        # must not depend on one friction or one set of link masses.
+        kwargs.setdefault("randomization", DEFAULT_RANDOMIZATION)
         super().__init__(num_envs, device, seed, **kwargs)
         clip = float(self.params.clip_actions)
         self.action_low, self.action_high = (-clip,) * self.model.nu, (clip,) * self.model.nu

@@ -138,3 +138,19 @@ def test_a_training_run_logs_each_reward_term(tmp_path):
     last = updates[-1]
     assert last["reward/ctrl"] < 0
     assert last["reward/forward"] + last["reward/ctrl"] == pytest.approx(last["episode_return"], rel=1e-4)
+
+
+def test_a_checkpointed_pool_is_restored_into_a_batch_built_with_another_seed():
+    env = HalfCheetahEnv(6, seed=4, num_threads=1, randomization=WIDE)
+    action = torch.full((6, 6), 0.3)
+    env.step(action)
+    saved = env.state_dict()
+    expected = [env.step(action) for _ in range(5)]
+    other = HalfCheetahEnv(6, seed=99, num_threads=1, randomization=WIDE)
+    other.load_state_dict(saved)
+    assert all((other.variant_scales[k] == env.variant_scales[k]).all() for k in env.variant_scales)
+    for want in expected:
+        got = other.step(action)
+        assert torch.equal(got.obs, want.obs) and torch.equal(got.reward, want.reward)
+    with pytest.raises(ValueError, match="same randomization"):
+        HalfCheetahEnv(6, seed=4, num_threads=1).load_state_dict(saved)
