@@ -12,16 +12,29 @@ reset-only steps):
 Every timed region is bracketed by a device synchronisation. The first two calls of every cell are reported
 apart (the first pays compilation, the second CUDA-graph capture) and are not in the medians; the figure is the
 median over ``--repeats`` timed calls.
+
+``--compare`` times other implementations of the same id in the same process, env-only, with the same kind of
+random actions: ``gymnasium`` (Gymnasium's numpy ``CartPoleVectorEnv`` for CartPole-v1, else
+``gymnasium.make_vec(id, vectorization_mode="sync")``: MuJoCo ids such as HalfCheetah-v5 against Gymnasium's own
+v5 task, one world after another on one core) and ``envpool`` (``envpool.make(id, env_type="gymnasium")`` with
+``--threads`` worker threads, where envpool is installed and has the id). An id the other library lacks is
+skipped with a line saying so.
+
+Host-stepped environments (``spec.functional`` False: MuJoCo's engine, ``gym:`` ids) step eagerly: their env-only
+cell runs with ``off`` only, and their engine's worker threads follow ``--threads``. For an environment with an
+``engine`` (MuJoCo), the ``off`` env-only cell also reports the share of ``env.step`` spent in ``engine.step``
+(MuJoCo's stepping and the host copies around it); the rest is the task's torch code (observation, reward,
+resets).
 """
 
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import math
 import os
 import resource
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,11 +48,12 @@ import tyro
 from rl_gpu.algos.base import Setup
 from rl_gpu.core.errors import UsageError
 from rl_gpu.algos.ppo import PPO, PPOConfig
+from rl_gpu.cli.bench_baselines import (BASELINE_NAMES, BASELINES, baseline_unavailable, cell, ratios, run_calls,
+                                        timed)
 from rl_gpu.cli.parsing import fail, parse
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name
 from rl_gpu.training.config import MAX_NUM_STEPS
 from rl_gpu.collect.stepper import EnvStepper
-from rl_gpu.core.device import synchronize
 from rl_gpu.data.rollout import empty_rollout
 from rl_gpu.envs.registry import make
 from rl_gpu.runtime.files import atomic_write_bytes, check_writable
@@ -81,8 +95,11 @@ class BenchConfig:
     work per transition and its memory do not grow with N)"""
     env_transitions: int = 262144
     """env measurement: transitions per timed call (rounded up to whole steps of N rows; at most 10**10)"""
-    compare: Literal["none", "gymnasium"] = "none"
-    """also time Gymnasium's vector environment (numpy CartPoleVectorEnv for CartPole-v1) in this process"""
+    compare: Annotated[tuple[Literal["none", "gymnasium", "envpool"], ...],
+                       tyro.conf.arg(help_behavior_hint="(default: none)")] = ()
+    """also time other implementations of the id env-only in this process: gymnasium (its numpy
+    CartPoleVectorEnv for CartPole-v1, else make_vec(id, vectorization_mode="sync"), MuJoCo ids included),
+    envpool (where installed; --threads worker threads)"""
     output: Path = Path("artifacts/bench.json")
     """JSON results file (an existing file is replaced only when it is JSON, checked before measuring)"""
     seed: int = 0
@@ -97,14 +114,10 @@ class BenchConfig:
         if not self.measure:
             raise ValueError("--measure needs at least one of env, collect, train")
 
-
-def timed(fn: Callable[[], object], device: torch.device) -> float:
-    """Wall seconds of ``fn()``, with the device synchronised before and after."""
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
+    @property
+    def baselines(self) -> tuple[str, ...]:
+        """The implementations ``--compare`` names, in order, without ``none`` or repeats."""
+        return tuple(dict.fromkeys(c for c in self.compare if c != "none"))
 
 
 def peak_host_bytes() -> int:
@@ -112,22 +125,43 @@ def peak_host_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _cell(measure: str, n: int, mode: str, first: float, second: float, times: list[float],
-          transitions_per_call: float, **extra) -> dict:
-    median = statistics.median(times)
-    return {"measure": measure, "num_envs": n, "compile": mode, "first_call_s": first, "second_call_s": second,
-            "call_s": times, "median_call_s": median, "transitions_per_call": transitions_per_call,
-            "transitions_per_s": transitions_per_call / median, **extra}
+def env_options(env_id: str, threads: int) -> dict:
+    """Keyword arguments for :func:`make` so that a host engine's worker threads follow ``--threads``
+    (``num_threads`` for classes that take it, such as the MuJoCo tasks); empty for the others."""
+    from rl_gpu.envs.registry import env_class
+
+    try:
+        parameters = inspect.signature(env_class(env_id)).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"num_threads": threads} if "num_threads" in parameters else {}
 
 
-def _run_calls(fn: Callable[[], object], device: torch.device, repeats: int) -> tuple[float, float, list[float]]:
-    first = timed(fn, device)
-    second = timed(fn, device)
-    return first, second, [timed(fn, device) for _ in range(repeats)]
+class EngineTimer:
+    """Accumulates the wall time of ``env.engine.step`` while installed (an instance attribute shadowing the
+    method; removed by :meth:`remove`)."""
+
+    def __init__(self, engine) -> None:
+        self.engine, self.seconds, self.calls = engine, 0.0, 0
+        step = engine.step
+
+        def timed_step(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return step(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.calls += 1
+
+        engine.step = timed_step
+
+    def remove(self) -> None:
+        self.engine.__dict__.pop("step", None)
 
 
 def bench_env(cfg: BenchConfig, device: torch.device, n: int, mode: str) -> dict:
-    env = make(cfg.env, num_envs=n, device=device, seed=cfg.seed, validate_actions=False)
+    env = make(cfg.env, num_envs=n, device=device, seed=cfg.seed, validate_actions=False,
+               **env_options(cfg.env, cfg.threads))
     g = torch.Generator(device=device).manual_seed(cfg.seed + 1)
     actions = random_actions(env, CHUNK, g)
     chunks = max(1, math.ceil(cfg.env_transitions / (n * CHUNK)))
@@ -145,12 +179,32 @@ def bench_env(cfg: BenchConfig, device: torch.device, n: int, mode: str) -> dict
             for _ in range(chunks):
                 stepper.step(actions)
         how = f"EnvStepper: {CHUNK} compiled steps per call, {stepper.slots} fresh starts per row per call"
-    first, second, times = _run_calls(call, device, cfg.repeats)
+    engine = getattr(env, "engine", None)
+    timer = None
+    if stepper is None and engine is not None and callable(getattr(engine, "step", None)):
+        first = timed(call, device)
+        second = timed(call, device)
+        timer = EngineTimer(engine)
+        try:
+            times = [timed(call, device) for _ in range(cfg.repeats)]
+        finally:
+            timer.remove()
+    else:
+        first, second, times = run_calls(call, device, cfg.repeats)
     extra = {"steps_per_call": steps, "how": how}
     if stepper is not None:
         extra["reused_starts"] = int(stepper.reused)
+    if timer is not None:
+        # Over the timed calls: engine.step (MuJoCo's stepping and the host copies around it) against the
+        # whole env.step, the rest being the task's torch code (observation, reward, resets, auto-reset).
+        extra["engine_seconds_per_call"] = timer.seconds / cfg.repeats
+        extra["engine_share"] = timer.seconds / sum(times)
+        extra["engine_threads"] = getattr(engine, "num_threads", None)
+    close = getattr(env, "close", None)
+    if close is not None:
+        close()
     # Every row-step of a same-step auto-reset batch is a transition.
-    return _cell("env", n, mode, first, second, times, float(steps * n), **extra)
+    return cell("env", n, mode, first, second, times, float(steps * n), **extra)
 
 
 def random_actions(env, k: int, generator: torch.Generator) -> torch.Tensor:
@@ -164,7 +218,8 @@ def random_actions(env, k: int, generator: torch.Generator) -> torch.Tensor:
 
 
 def _algo(cfg: BenchConfig, device: torch.device, n: int, mode: str):
-    env = make(cfg.env, num_envs=n, device=device, seed=cfg.seed, validate_actions=False)
+    env = make(cfg.env, num_envs=n, device=device, seed=cfg.seed, validate_actions=False,
+               **env_options(cfg.env, cfg.threads))
     steps = cfg.num_steps or (PPO.default_num_steps(env) if PPO.episodic(env) else 16)
     torch.manual_seed(cfg.seed)
     slots = steps * n
@@ -198,7 +253,7 @@ def bench_rollouts(cfg: BenchConfig, device: torch.device, n: int, mode: str, me
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    first, second, times = _run_calls(call, device, cfg.repeats)
+    first, second, times = run_calls(call, device, cfg.repeats)
     transitions = float(live) / calls
     episodic = PPO.episodic(env)
     rollout_bytes = storage[0] if storage else empty_rollout(env.spec, steps, n, device).storage_bytes()
@@ -209,7 +264,7 @@ def bench_rollouts(cfg: BenchConfig, device: torch.device, n: int, mode: str, me
              "peak_host_bytes": peak_host_bytes()}
     if device.type == "cuda":
         extra["peak_device_bytes"] = torch.cuda.max_memory_allocated(device)
-    return _cell(measure, n, mode, first, second, times, transitions, **extra)
+    return cell(measure, n, mode, first, second, times, transitions, **extra)
 
 
 def _noise_bytes(algo, env, steps: int, episodic: bool) -> int:
@@ -223,49 +278,15 @@ def _noise_bytes(algo, env, steps: int, episodic: bool) -> int:
     return size
 
 
-def bench_gymnasium(cfg: BenchConfig, n: int) -> dict:
-    """Gymnasium's vector environment stepped with fixed random actions, timed like ``bench_env``.
-
-    Gymnasium autoresets on the *next* step: a row that finished spends its next step resetting, which is not a
-    transition, so those row-steps are not counted.
-    """
-    import gymnasium
-    import numpy as np
-
-    if cfg.env == "CartPole-v1":
-        from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
-
-        envs, kind = CartPoleVectorEnv(num_envs=n), "gymnasium.envs.classic_control.cartpole.CartPoleVectorEnv"
-    else:
-        envs = gymnasium.make_vec(cfg.env, num_envs=n, vectorization_mode="sync")
-        kind = "gymnasium.vector.SyncVectorEnv"
-    envs.reset(seed=cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    space = envs.single_action_space
-    if hasattr(space, "n"):
-        actions = rng.integers(0, space.n, size=(16, n))
-    else:
-        actions = rng.uniform(space.low, space.high, size=(16, n, *space.shape)).astype(space.dtype)
-    steps = max(16, math.ceil(cfg.env_transitions / n))
-    counted = [0]
-    prev_done = np.zeros(n, dtype=bool)
-
-    def run() -> None:
-        nonlocal prev_done
-        for i in range(steps):
-            _, _, terminated, truncated, _ = envs.step(actions[i % 16])
-            counted[0] += n - int(prev_done.sum())
-            prev_done = terminated | truncated
-
-    first, second, times = _run_calls(run, torch.device("cpu"), cfg.repeats)
-    per_call = counted[0] / (cfg.repeats + 2)
-    envs.close()
-    return _cell("env", n, "gymnasium", first, second, times, per_call, steps_per_call=steps, implementation=kind,
-                 gymnasium_version=gymnasium.__version__)
-
-
-def env_has_masks(env_id: str) -> bool:
-    return make(env_id, num_envs=1).spec.has_action_mask
+def probe_spec(env_id: str, threads: int):
+    """The spec of a one-row batch of ``env_id`` (built and closed)."""
+    env = make(env_id, num_envs=1, **env_options(env_id, threads))
+    try:
+        return env.spec
+    finally:
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
 
 
 def format_table(cells: list[dict]) -> str:
@@ -280,15 +301,25 @@ def format_table(cells: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def ratios(cells: list[dict]) -> list[dict]:
-    """Env-only throughput of each compile mode over Gymnasium's, per N (same process, same actions)."""
-    gym = {c["num_envs"]: c for c in cells if c["compile"] == "gymnasium"}
-    out = []
+def summary_lines(cfg: BenchConfig, cells: list[dict]) -> list[str]:
+    """The comparison in words: per N, rl_gpu's env-only figure next to each baseline's with the ratio, the
+    engine's share of a step, and the training figure."""
+    lines = []
+    for baseline in cfg.baselines:
+        for r in ratios(cells, baseline):
+            lines.append(f"env-only N={r['num_envs']}: rl_gpu ({r['compile']}) {r['transitions_per_s']:,.0f}/s "
+                         f"/ {BASELINE_NAMES[baseline]} {r['baseline_transitions_per_s']:,.0f}/s = "
+                         f"{r['ratio']:.2f}x")
     for c in cells:
-        if c["measure"] == "env" and c["compile"] != "gymnasium" and c["num_envs"] in gym:
-            out.append({"num_envs": c["num_envs"], "compile": c["compile"],
-                        "ratio": c["transitions_per_s"] / gym[c["num_envs"]]["transitions_per_s"]})
-    return out
+        if "engine_share" in c:
+            lines.append(f"env-only N={c['num_envs']}: engine.step {c['engine_share']:.0%} of env.step "
+                         f"({c['engine_threads']} engine thread(s): MuJoCo stepping and host copies), torch task "
+                         f"code {1 - c['engine_share']:.0%}")
+    for c in cells:
+        if c["measure"] == "train":
+            lines.append(f"train N={c['num_envs']}: rl_gpu ({c['compile']}) {c['transitions_per_s']:,.0f} "
+                         "transitions/s (whole PPO iteration: collect + update)")
+    return lines
 
 
 def check_output(path: Path) -> None:
@@ -323,19 +354,34 @@ def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
     check_output(cfg.output)
     started = time.perf_counter()
     cells: list[dict] = []
-    log(f"{PROG}: {cfg.env} on {device}, {torch.get_num_threads()} thread(s), N in {list(cfg.num_envs)}, "
+    spec = probe_spec(cfg.env, cfg.threads)
+    engine_threads = env_options(cfg.env, cfg.threads).get("num_threads")
+    log(f"{PROG}: {cfg.env} on {device}, {torch.get_num_threads()} thread(s)"
+        f"{f' (and {engine_threads} engine thread(s))' if engine_threads else ''}, N in {list(cfg.num_envs)}, "
         f"compile {list(modes)}; figures are transitions per second (one environment row taking one step), "
         f"median of {cfg.repeats} synchronised calls after 2 untimed ones (first = compile, second = capture)")
+    baselines = []
+    if "env" in cfg.measure:
+        for baseline in cfg.baselines:
+            why = baseline_unavailable(baseline, cfg.env)
+            if why is None:
+                baselines.append(baseline)
+            else:
+                log(f"--compare {baseline} skipped: {why}")
+    env_modes = modes if spec.functional else tuple(m for m in modes if m == "off")
+    if "env" in cfg.measure and env_modes != modes:
+        log(f"env-only {', '.join(m for m in modes if m not in env_modes)} skipped: {cfg.env} is stepped on the "
+            "host (not a functional environment), so its step is not compiled")
     for n in cfg.num_envs:
-        if cfg.compare == "gymnasium" and "env" in cfg.measure:
-            cells.append(bench_gymnasium(cfg, n))
+        for baseline in baselines:
+            cells.append(BASELINES[baseline](cfg, n))
             log(format_table(cells[-1:]).splitlines()[-1])
         for measure in cfg.measure:
-            if measure == "env" and env_has_masks(cfg.env):
+            if measure == "env" and spec.has_action_mask:
                 log(f"env-only skipped: {cfg.env} has illegal actions, and random actions would step it "
                     "outside its rules")
                 continue
-            for mode in modes:
+            for mode in (env_modes if measure == "env" else modes):
                 if measure == "env":
                     cell = bench_env(cfg, device, n, mode)
                 else:
@@ -353,13 +399,14 @@ def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
         "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_") or k == "LD_PRELOAD"},
         "counts": "transitions: environment rows that took a real step (no padding, no reset-only steps)",
         "results": cells,
-        "gymnasium_ratios": ratios(cells),
+        "gymnasium_ratios": ratios(cells, "gymnasium"),
+        "envpool_ratios": ratios(cells, "envpool"),
         "total_seconds": time.perf_counter() - started,
     }
     log("")
     log(format_table(cells))
-    for r in doc["gymnasium_ratios"]:
-        log(f"env-only N={r['num_envs']}: rl_gpu ({r['compile']}) / Gymnasium = {r['ratio']:.2f}x")
+    for line in summary_lines(cfg, cells):
+        log(line)
     atomic_write_bytes(cfg.output, (json.dumps(doc, indent=1) + "\n").encode())
     log(f"wrote {cfg.output}")
     return doc

@@ -5,6 +5,9 @@ By default the checkpoint is evaluated as its run's final evaluation was: the ru
 ``--final-eval-episodes``, deterministic or sampled actions as its ``--deterministic-eval`` chose, at most its
 ``--num-envs`` environments at a time. ``--episodes``, ``--num-envs``, ``--deterministic`` and ``--sample``
 override that protocol.
+
+``--video PATH.mp4`` (MuJoCo tasks) also films one episode of the policy from a fresh start, deterministic
+unless ``--sample``, with a camera that tracks the robot (``--video-steps`` caps its length).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from rl_gpu.cli.parsing import fail, parse
 from rl_gpu.core.device import check_threads
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name
 from rl_gpu.training.config import MAX_EPISODES
+
+MAX_VIDEO_STEPS = 10**6
+"""Longest --video-steps (about 14 hours of video at HalfCheetah's 20 frames per second)."""
 
 PROG = "rl-gpu evaluate"
 ACTIONS = tyro.conf.create_mutex_group(
@@ -51,10 +57,20 @@ class EvaluateConfig:
     """also write the results to this JSON file"""
     threads: int = 1
     """torch intra-op CPU threads"""
+    video: Path | None = None
+    """MuJoCo tasks: also film one episode (from a fresh start, deterministic unless --sample) into this MP4
+    file (480x480 at the control rate, a camera tracking the robot); the path is checked before anything runs"""
+    video_steps: Annotated[int | None, tyro.conf.arg(help_behavior_hint="(default: the whole episode)")] = None
+    """--video: most control steps to record"""
+    overwrite_video: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
+    """--video: replace an existing file (refused otherwise)"""
 
     def __post_init__(self) -> None:
         check_fields(self, label=flag_name)
-        check_bounds(self, {"episodes": MAX_EPISODES, "num_envs": MAX_EPISODES, "threads": None}, label=flag_name)
+        check_bounds(self, {"episodes": MAX_EPISODES, "num_envs": MAX_EPISODES, "threads": None,
+                            "video_steps": MAX_VIDEO_STEPS}, label=flag_name)
+        if self.video is None and (self.video_steps is not None or self.overwrite_video):
+            raise ValueError("--video-steps and --overwrite-video apply to --video, which is not given")
         if self.seed < 0:
             raise ValueError(f"--seed must be non-negative, got {self.seed}")
         if self.deterministic and self.sample:
@@ -133,9 +149,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if config.json_output is not None:
             check_writable(config.json_output, inputs)
+        if config.video is not None:
+            from rl_gpu.interop.video import check_video_path
+
+            check_video_path(config.video, inputs, config.overwrite_video)
+            if config.json_output is not None and config.video.resolve() == config.json_output.resolve():
+                raise UsageError(f"--video and --json-output name the same file {config.video}")
         device = resolve_device(config.device)
         policy, payload = load_policy(config.checkpoint, device)
         protocol = run_protocol(config, payload)
+        seed = derive_seed(int(payload.get("seed") or 0), f"evaluate-{config.seed}")
         env_id = payload.get("env_id")
         if not is_known(env_id):
             raise CheckpointError(f"{config.checkpoint}: made for unknown environment {env_id!r}")
@@ -159,9 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if policy_actions != spec.action_size:
             raise CheckpointError(f"{config.checkpoint}: policy chooses among {policy_actions} actions, "
                                   f"{env_id} takes {spec.action_size}")
+        if config.video is not None:
+            video_env, renderer = video_setup(probe, env_id, lambda: make_env(1, derive_seed(seed, "video")))
     except (UsageError, CheckpointError) as e:
         fail(PROG, str(e))
-    seed = derive_seed(int(payload.get("seed") or 0), f"evaluate-{config.seed}")
     multi = spec.num_players > 1
     update, steps = payload.get("update"), payload.get("global_step")
     print(f"{env_id}: checkpoint {config.checkpoint} (update {update if update is not None else '?'}, "
@@ -178,12 +202,46 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         num_envs=protocol.num_envs)
         print("random:  " + random_result.describe(multi).replace("\n", "\n         "))
         report["random"] = random_result.to_dict()
+    if config.video is not None:
+        from rl_gpu.envs.mujoco.render import RenderError
+        from rl_gpu.interop.video import record_episode
+
+        # Deterministic unless --sample: a film shows what the policy does, not its exploration noise.
+        generator = torch.Generator(device=device).manual_seed(derive_seed(seed, "video-policy"))
+        try:
+            video = record_episode(policy, video_env, config.video, max_steps=config.video_steps,
+                                   deterministic=not config.sample, generator=generator, renderer=renderer,
+                                   inputs=inputs, overwrite=config.overwrite_video)
+        except (UsageError, RenderError) as e:
+            fail(PROG, str(e))
+        finally:
+            renderer.close()
+            video_env.close()
+        print(f"video:   {video.describe()}")
+        report["video"] = video.to_dict()
     if config.json_output is not None:
         try:
             atomic_write_json(config.json_output, report, inputs)
         except UsageError as e:
             fail(PROG, str(e))
     return 0
+
+
+def video_setup(probe, env_id: str, make_video_env):
+    """``(environment, renderer)`` for ``--video``, made before anything is evaluated so that a task that is
+    not MuJoCo, or a machine that cannot render, is refused at once (:class:`UsageError`)."""
+    from rl_gpu.core.errors import UsageError
+    from rl_gpu.interop.video import require_mujoco_env
+
+    require_mujoco_env(probe, env_id)
+    from rl_gpu.envs.mujoco.render import FrameRenderer, RenderError
+
+    env = make_video_env()
+    try:
+        return env, FrameRenderer(env)
+    except RenderError as e:
+        env.close()
+        raise UsageError(str(e)) from None
 
 
 if __name__ == "__main__":

@@ -150,3 +150,28 @@ def test_bench_output_must_be_a_results_file(tmp_path, capsys, monkeypatch):
     doc, _ = _bench(tmp_path, "--num-envs", "8", "--compile", "off", "--repeats", "1", "--measure", "collect",
                     "--num-steps", "2")
     assert json.loads(previous.read_text()) == doc and doc["results"][0]["measure"] == "collect"
+
+
+def test_bench_compares_a_mujoco_task_with_gymnasiums_own(tmp_path):
+    pytest.importorskip("mujoco")
+    pytest.importorskip("gymnasium.envs.mujoco")
+    assert bench.env_options("HalfCheetah-v5", 3) == {"num_threads": 3}
+    assert bench.env_options("CartPole-v1", 3) == {}
+    assert bench.baseline_unavailable("gymnasium", "RussianRoulette-v0") == "Gymnasium has no RussianRoulette-v0"
+    doc, text = _bench(tmp_path, "--env", "HalfCheetah-v5", "--num-envs", "4", "--compile", "off", "inductor",
+                       "--repeats", "1", "--measure", "env", "--env-transitions", "64",
+                       "--compare", "gymnasium", "envpool")
+    cells = {(c["measure"], c["compile"]): c for c in doc["results"]}
+    gym, ours = cells[("env", "gymnasium")], cells[("env", "off")]
+    assert gym["gymnasium_id"] == "HalfCheetah-v5" and gym["implementation"] == "gymnasium.vector.SyncVectorEnv"
+    # Host-stepped: the env-only step is not compiled; the engine's threads follow --threads.
+    assert ("env", "inductor") not in cells and "env-only inductor skipped" in text
+    assert ours["engine_threads"] == 1 and 0 < ours["engine_share"] <= 1
+    (ratio,) = [r for r in doc["gymnasium_ratios"] if r["compile"] == "off"]
+    assert ratio["ratio"] == pytest.approx(ours["transitions_per_s"] / gym["transitions_per_s"])
+    assert "env-only N=4: rl_gpu (off)" in text and "/ Gymnasium" in text and "engine.step" in text
+    # envpool is timed where it is installed, and skipped with the reason elsewhere.
+    assert ("env", "envpool") in cells or "--compare envpool skipped: envpool is not installed" in text
+    train, text = _bench(tmp_path, "--env", "HalfCheetah-v5", "--num-envs", "4", "--compile", "off", "--repeats", "1",
+                         "--measure", "train", "--num-steps", "2")
+    assert train["results"][0]["transitions_per_call"] == 8 and "train N=4: rl_gpu (off)" in text

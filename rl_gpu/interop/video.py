@@ -1,0 +1,190 @@
+"""An episode of a policy on a MuJoCo task as an MP4 video (``rl-gpu evaluate --video``).
+
+:func:`record_episode` plays one episode of one row of a :class:`~rl_gpu.envs.mujoco.base.MujocoEnv` from a
+fresh start, draws every state (the start and each control step's result, so ``steps + 1`` frames) with
+:class:`~rl_gpu.envs.mujoco.render.FrameRenderer`'s tracking camera, and encodes them at the control rate
+(``1 / env.dt`` frames per second) as H.264 with imageio's FFmpeg plugin (``imageio`` and ``imageio-ffmpeg``,
+in the ``mujoco`` extra). Frames stream to the encoder in a temporary folder; the finished file is then written
+with :func:`~rl_gpu.runtime.files.atomic_write_bytes` (a crash leaves the previous file or none).
+
+:func:`check_video_path` refuses a path before anything runs: not ``.mp4``, a folder that does not exist, a
+directory or special file, a symbolic link (never written through), an input of the command, or an existing
+file unless ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rl_gpu.core.errors import UsageError
+from rl_gpu.runtime.files import FileWriteError, atomic_write_bytes, check_writable
+
+DEFAULT_SIZE = 480
+"""Width and height of the frames, in pixels."""
+VIDEO_SUFFIX = ".mp4"
+
+
+@dataclass(frozen=True)
+class VideoResult:
+    """What :func:`record_episode` wrote."""
+
+    path: Path
+    frames: int
+    """images in the video: the start and one per step"""
+    steps: int
+    """control steps played"""
+    episode_return: float
+    """sum of the row's rewards over the steps played"""
+    ended: bool
+    """the episode ended (terminated or truncated) within the steps played"""
+    fps: float
+    width: int
+    height: int
+
+    def to_dict(self) -> dict:
+        return {"path": str(self.path), "frames": self.frames, "steps": self.steps,
+                "episode_return": self.episode_return, "ended": self.ended, "fps": self.fps,
+                "width": self.width, "height": self.height}
+
+    def describe(self) -> str:
+        end = "episode ended" if self.ended else "episode cut short"
+        return (f"{self.path}: {self.frames} frames ({self.steps} steps, {end}, return {self.episode_return:.2f}) "
+                f"at {self.fps:g} fps, {self.width}x{self.height}")
+
+
+def check_video_path(path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False,
+                     flag: str = "--video") -> Path:
+    """Refuse (with :class:`~rl_gpu.runtime.files.FileWriteError`, one line) a video path that is not an
+    ``.mp4`` file name, whose folder does not exist, that is a directory, special file or symbolic link, that
+    is one of ``inputs``, or that exists while ``overwrite`` is False. Nothing is created. Returns ``path``."""
+    path = Path(path)
+    if path.suffix.lower() != VIDEO_SUFFIX:
+        raise FileWriteError(f"{flag} {path}: must name an {VIDEO_SUFFIX} file")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a directory" if os.path.lexists(folder) else "does not exist"
+        raise FileWriteError(f"{flag} {path}: its folder {folder} {what}")
+    if os.path.islink(path):
+        raise FileWriteError(f"{flag} {path}: is a symbolic link; refusing to write through it (choose another "
+                             "path)")
+    check_writable(path, inputs)
+    if os.path.lexists(path) and not overwrite:
+        raise FileWriteError(f"{flag} {path}: exists; pass --overwrite-video to replace it, or choose another "
+                             "path")
+    return path
+
+
+def require_mujoco_env(env, env_id: str | None = None) -> None:
+    """Raise :class:`UsageError` unless ``env`` is a MuJoCo task (what a video can be filmed of)."""
+    from rl_gpu.envs.mujoco.base import MujocoEnv
+
+    if not isinstance(env, MujocoEnv):
+        name = env_id or type(env).__name__
+        raise UsageError(f"videos are recorded from MuJoCo environments (such as HalfCheetah-v5); {name} is not "
+                         "one")
+
+
+class Mp4Writer:
+    """Streams ``[H, W, 3]`` uint8 frames to an H.264 MP4 in a temporary folder; :meth:`finish` writes the file
+    to its path atomically, :meth:`close` (or leaving a ``with`` block) removes the temporary folder."""
+
+    def __init__(self, fps: float) -> None:
+        try:
+            import imageio.v2 as imageio
+            import imageio_ffmpeg  # noqa: F401 - the FFmpeg binary imageio's plugin runs
+        except ImportError:
+            raise UsageError("writing a video needs imageio and imageio-ffmpeg: pip install "
+                             "'rl-gpu[mujoco]'") from None
+        self._tmpdir = tempfile.TemporaryDirectory(prefix="rl_gpu-video-")
+        self._tmp = Path(self._tmpdir.name) / f"video{VIDEO_SUFFIX}"
+        # quality 7 of 10 (libx264's CRF about 19): sharp edges on the checkered floor at a few MB a minute.
+        self._writer = imageio.get_writer(self._tmp, format="FFMPEG", mode="I", fps=fps, codec="libx264",
+                                          quality=7, pixelformat="yuv420p", macro_block_size=16,
+                                          ffmpeg_log_level="error")
+        self.frames = 0
+
+    def append(self, frame: np.ndarray) -> None:
+        self._writer.append_data(frame)
+        self.frames += 1
+
+    def finish(self, path: str | Path, inputs: Sequence[str | Path] = (), overwrite: bool = False) -> None:
+        """Close the encoder and write the MP4 to ``path`` (checked again: it may have changed meanwhile)."""
+        self._writer.close()
+        check_video_path(path, inputs, overwrite)
+        atomic_write_bytes(path, self._tmp.read_bytes(), inputs)
+
+    def close(self) -> None:
+        try:
+            self._writer.close()
+        finally:
+            self._tmpdir.cleanup()
+
+    def __enter__(self) -> "Mp4Writer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@torch.inference_mode()
+def record_episode(policy, env, path: str | Path, *, max_steps: int | None = None, deterministic: bool = True,
+                   generator: torch.Generator | None = None, row: int = 0, width: int = DEFAULT_SIZE,
+                   height: int = DEFAULT_SIZE, renderer=None, inputs: Sequence[str | Path] = (),
+                   overwrite: bool = False) -> VideoResult:
+    """Play one episode of row ``row`` of ``env`` (a MuJoCo task) from a fresh start (``env.reset()``, from the
+    environment's own seed) and write it to ``path`` as an MP4.
+
+    Args:
+        policy: an :class:`~rl_gpu.core.types.Actor` for ``env``'s observations (every row acts; one is filmed).
+        env: a :class:`~rl_gpu.envs.mujoco.base.MujocoEnv`.
+        path: the ``.mp4`` file (:func:`check_video_path`; ``inputs`` and ``overwrite`` as there).
+        max_steps: most control steps to play (None: until the row's episode ends).
+        deterministic: the policy's most probable action (False: sampled with ``generator``).
+        width, height: frame size in pixels; ``renderer``: a :class:`~rl_gpu.envs.mujoco.render.FrameRenderer`
+            of ``env`` to draw with (made here, and closed, when None).
+    """
+    from rl_gpu.envs.mujoco.render import FrameRenderer
+
+    require_mujoco_env(env)
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
+    if not 0 <= row < env.num_envs:
+        raise ValueError(f"row {row} is not one of the {env.num_envs} environments")
+    path = check_video_path(path, inputs, overwrite)
+    limit = max_steps if max_steps is not None else env.spec.episode_horizon
+    if limit is None:
+        raise ValueError(f"{type(env).__name__} has no time limit: give max_steps")
+    own = renderer is None
+    if own:
+        renderer = FrameRenderer(env, width, height)
+    fps = 1.0 / float(env.dt)
+    try:
+        with Mp4Writer(fps) as writer:
+            step = env.reset()
+            variant = int(env.state.inner.variant[row])
+            writer.append(renderer.render(env.state.inner.physics[row], variant))
+            total, steps, ended = 0.0, 0, False
+            while steps < limit and not ended:
+                action = policy.act(step.obs, step.action_mask, generator, deterministic).action
+                step = env.step(action)
+                steps += 1
+                total += float(step.reward[row])
+                ended = bool(step.terminated[row] | step.truncated[row])
+                # After the step, before an auto-reset replaced a finished row's state.
+                physics = getattr(env, "last_physics", None)
+                physics = physics if physics is not None else env.state.inner.physics
+                writer.append(renderer.render(physics[row], variant))
+            writer.finish(path, inputs, overwrite)
+            frames = writer.frames
+    finally:
+        if own:
+            renderer.close()
+    return VideoResult(path=path, frames=frames, steps=steps, episode_return=total, ended=ended, fps=fps,
+                       width=renderer.width, height=renderer.height)
