@@ -18,6 +18,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from rl_gpu.collect.reference import critic_kwargs
 from rl_gpu.collect.seats import seat_column
 from rl_gpu.core.pytree import tree_bytes, tree_stack
 from rl_gpu.core.types import Actor, FunctionalEnv
@@ -57,6 +58,8 @@ class StepCarry(NamedTuple):
     action_mask: Tensor
     current_player: Tensor
     live: Tensor
+    critic_obs: Tensor | None = None
+    """``[N, C]``: the ``critic`` group's observation (environments with one), else None."""
 
 
 class StepRecord(NamedTuple):
@@ -75,6 +78,7 @@ class StepRecord(NamedTuple):
     final_value: Tensor
     episode_return: Tensor
     episode_length: Tensor
+    critic_obs: Tensor | None = None
 
 
 def rollout_step(
@@ -93,7 +97,8 @@ def rollout_step(
     """One batched step of a rollout as a pure function: actions from the pre-drawn ``noise`` (``[N, ...]``),
     the environment's transition with ``reset_inner`` (``[N, ...]``) as the start of rows that finish, and the
     step's record. The same arithmetic, in the same order, as one iteration of :func:`collect`."""
-    out = policy.act(carry.obs, carry.action_mask, None, deterministic, noise=noise)
+    out = policy.act(carry.obs, carry.action_mask, None, deterministic, noise=noise,
+                     **critic_kwargs(carry.critic_obs))
     action = out.action
     live = carry.live
     # One player, continuing: every row is live and the learner's turn at every step, so the masks below are
@@ -116,7 +121,8 @@ def rollout_step(
         terminated, truncated = step.terminated & live, step.truncated & live
         reward = torch.where(live, reward, 0.0)
     if env.max_episode_steps is not None:
-        final_value = torch.where(truncated, policy.value(step.final_obs), 0.0)
+        final_value = torch.where(
+            truncated, policy.value(step.final_obs, **critic_kwargs(step.final_critic_obs)), 0.0)
     else:
         final_value = torch.zeros_like(reward)
     done = terminated | truncated
@@ -134,9 +140,10 @@ def rollout_step(
         final_value=final_value,
         episode_return=torch.where(done, ep_return, 0.0),
         episode_length=torch.where(done, step.episode_length, 0),
+        critic_obs=carry.critic_obs,
     )
     next_live = live & ~done if episodic else live
-    return StepCarry(state, step.obs, step.action_mask, step.current_player, next_live), record
+    return StepCarry(state, step.obs, step.action_mask, step.current_player, next_live, step.critic_obs), record
 
 
 def _unbind(x: Tensor | None, steps: int) -> tuple[Tensor, ...] | list[None]:
@@ -234,14 +241,17 @@ class RolloutEngine:
             state = env.state
         start = env.timestep(state)
         live = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
-        carry = StepCarry(state, start.obs, start.action_mask, start.current_player, live)
+        carry = StepCarry(state, start.obs, start.action_mask, start.current_player, live, start.critic_obs)
         records = []
         # Per-step views made by one unbind each: indexing [t] inside the loop was a quarter of the operations
         # of an eager step for a small batch.
         policy_noise = _unbind(noise.policy, self.num_steps)
         opponent_noise = _unbind(noise.opponent, self.num_steps)
         reset_fields = [x.unbind(0) for x in noise.reset]
-        slots = [getattr(out, name).unbind(0) for name in StepRecord._fields] if out is not None else None
+        slots = None
+        if out is not None:
+            slots = [None if getattr(out, name) is None else getattr(out, name).unbind(0)
+                     for name in StepRecord._fields]
         for t in range(self.num_steps):
             carry, record = self._step(
                 carry, policy_noise[t], opponent_noise[t], type(noise.reset)(*(f[t] for f in reset_fields)),
@@ -251,12 +261,13 @@ class RolloutEngine:
                 records.append(record)
             else:
                 for slot, value in zip(slots, record):
-                    slot[t].copy_(value)
+                    if slot is not None:
+                        slot[t].copy_(value)
             del record
         if self.episodic:
             bootstrap = torch.zeros(env.num_envs, device=env.device)
         else:
-            bootstrap = self._value(carry.obs)
+            bootstrap = self._value(carry.obs, **critic_kwargs(carry.critic_obs))
         if out is None:
             stacked = tree_stack(records)
             rollout = Rollout(**stacked._asdict(), bootstrap_value=bootstrap, learner_seat=noise.learner_seat)

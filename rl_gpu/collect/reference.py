@@ -11,6 +11,10 @@ Two modes:
   takes a random seat per row and a fixed opponent plays the other; ``T`` covers the longest possible game, so
   every game finishes inside the rollout and the steps after a row's game are padding. ``weight`` is 1 exactly
   for learner decisions in a live game, and rewards are the learner seat's.
+
+An environment with a ``critic`` observation group (``StepResult.critic_obs``) has it recorded in the rollout
+and handed to the learner's ``act`` and ``value`` as ``critic_obs=`` (an asymmetric critic's values, the
+truncation bootstrap from ``final_critic_obs`` included); without one the policy is called exactly as before.
 """
 
 from __future__ import annotations
@@ -62,13 +66,15 @@ def collect(
     live = torch.ones(n, dtype=torch.bool, device=device)
     record: dict[str, list[Tensor]] = {k: [] for k in Rollout.__dataclass_fields__}
     for _ in range(num_steps):
-        out = policy.act(step.obs, step.action_mask, policy_rng, deterministic)
+        out = policy.act(step.obs, step.action_mask, policy_rng, deterministic, **critic_kwargs(step.critic_obs))
         action = out.action
         learner_turn = step.current_player == learner_seat
         if env.num_players > 1:
             other = opponent.act(step.obs, step.action_mask, opponent_rng)
             action = torch.where(learner_turn, action, other.action)
         record["obs"].append(step.obs)
+        if step.critic_obs is not None:
+            record["critic_obs"].append(step.critic_obs)
         record["action_mask"].append(step.action_mask)
         record["action"].append(action)
         record["log_prob"].append(out.log_prob)
@@ -81,7 +87,8 @@ def collect(
         ep_return = seat_column(step.episode_return, learner_seat)
         terminated, truncated = step.terminated & live, step.truncated & live
         if env.max_episode_steps is not None:
-            final_value = torch.where(truncated, policy.value(step.final_obs), 0.0)
+            final_value = torch.where(
+                truncated, policy.value(step.final_obs, **critic_kwargs(step.final_critic_obs)), 0.0)
         else:
             final_value = torch.zeros_like(reward)
         done = terminated | truncated
@@ -95,8 +102,17 @@ def collect(
             live = live & ~done
 
     stacked = {k: torch.stack(v) for k, v in record.items() if v}
-    bootstrap = torch.zeros(n, device=device) if episodic else policy.value(step.obs)
+    if episodic:
+        bootstrap = torch.zeros(n, device=device)
+    else:
+        bootstrap = policy.value(step.obs, **critic_kwargs(step.critic_obs))
     return Rollout(**stacked, bootstrap_value=bootstrap, learner_seat=learner_seat)
+
+
+def critic_kwargs(critic_obs: Tensor | None) -> dict[str, Tensor]:
+    """``{"critic_obs": critic_obs}`` for a policy's ``act``/``value`` when the environment has a ``critic``
+    group, else nothing (policies without one are called exactly as before)."""
+    return {} if critic_obs is None else {"critic_obs": critic_obs}
 
 
 def episode_horizon(env: VecEnv) -> int:

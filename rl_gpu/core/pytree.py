@@ -53,7 +53,10 @@ def tree_leaves(tree: Any) -> list[Tensor]:
 
 
 def tree_where(condition: Tensor, if_true: Any, if_false: Any) -> Any:
-    """Select row-wise between two equally shaped trees of ``[N, ...]`` tensors; ``condition`` is ``[N]`` bool."""
+    """Select row-wise between two equally shaped trees of ``[N, ...]`` tensors; ``condition`` is ``[N]`` bool
+    (``None`` leaves stay ``None``)."""
+    if if_true is None:
+        return None
     if isinstance(if_true, Tensor):
         c = condition.view(condition.shape + (1,) * (if_true.dim() - 1))
         return torch.where(c, if_true, if_false)
@@ -61,16 +64,21 @@ def tree_where(condition: Tensor, if_true: Any, if_false: Any) -> Any:
 
 
 def tree_stack(trees: Sequence[Any]) -> Any:
-    """``[T]`` equally shaped trees of ``[N, ...]`` tensors -> one tree of ``[T, N, ...]`` tensors."""
+    """``[T]`` equally shaped trees of ``[N, ...]`` tensors -> one tree of ``[T, N, ...]`` tensors (``None``
+    leaves stay ``None``)."""
     first = trees[0]
+    if first is None:
+        return None
     if isinstance(first, Tensor):
         return torch.stack(list(trees))
     return rebuild(first, [tree_stack(parts) for parts in zip(*(children(t) for t in trees))])
 
 
 def tree_cat(trees: Sequence[Any]) -> Any:
-    """Concatenate equally shaped trees along the batch (first) dimension."""
+    """Concatenate equally shaped trees along the batch (first) dimension (``None`` leaves stay ``None``)."""
     first = trees[0]
+    if first is None:
+        return None
     if isinstance(first, Tensor):
         return torch.cat(list(trees))
     return rebuild(first, [tree_cat(parts) for parts in zip(*(children(t) for t in trees))])

@@ -44,6 +44,12 @@ class StepResult(NamedTuple):
     """``[N]`` (``[N, P]``) float32: return of the episode that just ended; meaningful where done."""
     episode_length: Tensor
     """``[N]`` int64: length in steps of the episode that just ended; meaningful where done."""
+    critic_obs: Tensor | None = None
+    """``[N, C]`` float32 privileged observation of the ``critic`` group (after auto-reset, like ``obs``), only
+    for environments whose ``spec.obs_groups`` has ``critic``; None otherwise."""
+    final_critic_obs: Tensor | None = None
+    """``[N, C]``: the ``critic`` group's observation reached by the transition, before any reset (what
+    ``final_obs`` is to ``obs``); None without a ``critic`` group."""
 
     @property
     def done(self) -> Tensor:
@@ -73,7 +79,8 @@ class EnvSpec:
     """Flat per-element upper bound of observations, when the environment has one."""
     obs_groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Observation groups by name (``policy`` always; e.g. ``critic`` for privileged observations that only a
-    centralised critic sees). Empty means ``{"policy": obs_shape}``."""
+    centralised critic sees: the value function then reads ``concat(policy obs, critic obs)``, and every
+    :class:`StepResult` carries ``critic_obs``). Empty means ``{"policy": obs_shape}``."""
     num_players: int = 1
     """P: 1 for single-agent tasks; 2 for two-player turn-based games (one seat acts per step)."""
     num_agents: int = 1
@@ -106,6 +113,12 @@ class EnvSpec:
     def obs_size(self) -> int:
         """Elements of one flat observation."""
         return int(math.prod(self.obs_shape))
+
+    @property
+    def critic_obs_size(self) -> int:
+        """Elements of one flat ``critic`` group observation (0 when the environment has no such group)."""
+        shape = self.obs_groups.get("critic")
+        return int(math.prod(shape)) if shape is not None else 0
 
     @property
     def action_size(self) -> int:
@@ -174,7 +187,8 @@ class PolicyOutput(NamedTuple):
     log_prob: Tensor
     """``[N]`` log-probability of ``action`` under the policy that chose it."""
     value: Tensor
-    """``[N]`` critic estimate V(obs) (zeros for a policy without a critic)."""
+    """``[N]`` critic estimate V(obs) (zeros for a policy without a critic, and for a policy whose critic needs
+    privileged observations that were not given)."""
 
 
 class Actor(Protocol):
@@ -185,6 +199,8 @@ class Actor(Protocol):
     def act(
         self, obs: Tensor, action_mask: Tensor | None = None, generator: torch.Generator | None = None,
         deterministic: bool = False, noise: Tensor | None = None,
-    ) -> PolicyOutput: ...
+    ) -> PolicyOutput:
+        """A policy sized for a ``critic`` observation group also takes ``critic_obs=`` (``[N, C]``) here and
+        in :meth:`value`; collectors pass it only when the environment has the group."""
 
     def value(self, obs: Tensor) -> Tensor: ...

@@ -53,6 +53,10 @@ class Rollout:
     all_weights_one: bool = False
     """Every ``weight`` is 1 by construction (single-player continuing collection): an update may skip the
     weights (plain means; the same values with fewer operations)."""
+    critic_obs: Tensor | None = None
+    """``[T, N, C]`` float32: the ``critic`` group's privileged observation alongside ``obs`` (what an asymmetric
+    critic reads with it), for environments with that group; None otherwise. ``value`` and ``final_value`` were
+    computed from it at collection time."""
 
     @property
     def observations(self) -> Tensor:
@@ -113,6 +117,8 @@ def empty_rollout(spec: EnvSpec, num_steps: int, num_envs: int, device: torch.de
     action = empty(t, n, *spec.action_shape) if spec.is_continuous else empty(t, n, dtype=torch.long)
     flags = {k: empty(t, n, dtype=torch.bool) for k in ("live", "terminated", "truncated")}
     floats = {k: empty(t, n) for k in ("log_prob", "value", "weight", "reward", "final_value", "episode_return")}
+    critic = spec.obs_groups.get("critic")
     return Rollout(obs=empty(t, n, *spec.obs_shape), action_mask=empty(t, n, spec.num_actions, dtype=torch.bool),
                    action=action, episode_length=empty(t, n, dtype=torch.long), bootstrap_value=empty(n),
-                   learner_seat=empty(n, dtype=torch.long), **flags, **floats)
+                   learner_seat=empty(n, dtype=torch.long), **flags, **floats,
+                   critic_obs=empty(t, n, *critic) if critic is not None else None)

@@ -8,7 +8,9 @@ tensors (its *inner* state):
 - ``_sample_initial_state(num_envs, generator)`` draws fresh episode starts (this is the only randomness),
 - ``_transition(inner, action)`` returns ``(next_inner, reward, terminated)``,
 - ``_observe(inner)`` returns the observation of the player about to act,
-- ``_legal_actions(inner)`` (optional) and ``_current_player(inner)`` (turn-based games).
+- ``_legal_actions(inner)`` (optional) and ``_current_player(inner)`` (turn-based games),
+- ``_observe_critic(inner)`` (optional, with :attr:`TensorEnv.critic_obs_shape`): privileged observations of a
+  ``critic`` group, which only a centralised critic sees (``StepResult.critic_obs``).
 
 The base class owns everything that must be identical across environments: same-step auto-reset with the
 pre-reset observation kept in ``final_obs``, the time limit (``truncated``), frozen finished rows when
@@ -107,6 +109,9 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     """Flat per-element lower bound of observations, when there is one."""
     obs_high: tuple[float, ...] | None = None
     """Flat per-element upper bound of observations, when there is one."""
+    critic_obs_shape: tuple[int, ...] | None = None
+    """Shape of one observation of the ``critic`` group (privileged state for an asymmetric actor-critic), when
+    the environment has one: it then writes :meth:`_observe_critic`. None: no such group."""
     params_type: type | None = None
     """A frozen dataclass of physical or game parameters; constructor keyword arguments override its fields
     and the result is ``self.params``. None: the environment takes no parameters."""
@@ -141,10 +146,13 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     def spec(self) -> EnvSpec:
         """The batch as the layers above see it (:class:`~rl_gpu.core.types.EnvSpec`)."""
         horizon = self.max_game_length or self.max_episode_steps
+        groups = {}
+        if self.critic_obs_shape is not None:
+            groups = {"policy": tuple(self.obs_shape), "critic": tuple(self.critic_obs_shape)}
         return EnvSpec(
             obs_shape=tuple(self.obs_shape), num_actions=self.num_actions, action_shape=tuple(self.action_shape),
             action_low=tuple(self.action_low), action_high=tuple(self.action_high),
-            obs_low=self.obs_low, obs_high=self.obs_high,
+            obs_low=self.obs_low, obs_high=self.obs_high, obs_groups=groups,
             num_players=self.num_players, max_episode_steps=self.max_episode_steps, episode_horizon=horizon,
             has_action_mask=type(self)._legal_actions is not TensorEnv._legal_actions,
             functional=True, exact_resume=True,
@@ -189,6 +197,14 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     def _observe(self, inner: Inner) -> Tensor:
         """``[N, *O]`` float32 observation for the player to act in ``inner``."""
 
+    def _observe_critic(self, inner: Inner) -> Tensor:
+        """``[N, *critic_obs_shape]`` float32 privileged observation of the ``critic`` group (only called when
+        :attr:`critic_obs_shape` is set)."""
+        raise NotImplementedError(f"{type(self).__name__} declares critic_obs_shape but not _observe_critic")
+
+    def _critic(self, inner: Inner) -> Tensor | None:
+        return self._observe_critic(inner) if self.critic_obs_shape is not None else None
+
     def _legal_actions(self, inner: Inner) -> Tensor:
         """``[N, A]`` bool, True = legal. Default: every action is legal (``[N, 0]`` when continuous)."""
         n = inner[0].shape[0]
@@ -212,6 +228,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     def timestep(self, state: EnvState[Inner]) -> StepResult:
         """A zero-reward step describing ``state`` as it is (what :meth:`reset` returns)."""
         obs = self._observe(state.inner)
+        critic = self._critic(state.inner)
         n = obs.shape[0]
         no = torch.zeros(n, dtype=torch.bool, device=self.device)
         return StepResult(
@@ -224,6 +241,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
             current_player=self._current_player(state.inner),
             episode_return=state.episode_return,
             episode_length=state.episode_step,
+            critic_obs=critic,
+            final_critic_obs=critic,
         )
 
     def step_state(
@@ -255,10 +274,12 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         done = terminated | truncated
         episode_return = state.episode_return + reward
         final_obs = self._observe(next_inner)
+        final_critic = self._critic(next_inner)
         if self.autoreset:
             done_r = done if reward.dim() == 1 else done.unsqueeze(-1)
             inner = tree_where(done, reset_inner, next_inner)
             obs = self._observe(inner)
+            critic = self._critic(inner)
             new_state = EnvState(
                 inner=inner,
                 episode_step=torch.where(done, torch.zeros_like(episode_step), episode_step),
@@ -266,7 +287,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
                 done=state.done,
             )
         else:
-            inner, obs = next_inner, final_obs
+            inner, obs, critic = next_inner, final_obs, final_critic
             new_state = EnvState(inner, episode_step, episode_return, state.done | done)
         result = StepResult(
             obs=obs,
@@ -278,6 +299,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
             current_player=self._current_player(inner),
             episode_return=episode_return,
             episode_length=episode_step,
+            critic_obs=critic,
+            final_critic_obs=final_critic,
         )
         return new_state, result
 

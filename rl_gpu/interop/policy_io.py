@@ -21,9 +21,10 @@ from rl_gpu.nn.actor_critic import build_policy
 from rl_gpu.runtime.checkpoint import CheckpointError, load_checkpoint, policy_part
 
 POLICY_KEYS = {
-    "categorical": {"obs_dim": int, "num_actions": int, "hidden_sizes": list, "normalize_obs": bool},
+    "categorical": {"obs_dim": int, "num_actions": int, "hidden_sizes": list, "normalize_obs": bool,
+                    "critic_obs_dim": int},
     "gaussian": {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize_obs": bool,
-                 "init_log_std": float},
+                 "init_log_std": float, "critic_obs_dim": int},
 }
 REQUIRED_KEYS = {"categorical": ("obs_dim", "num_actions"), "gaussian": ("obs_dim", "action_dim")}
 

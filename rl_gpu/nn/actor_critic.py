@@ -8,6 +8,12 @@ Both classes share one interface, which is all that rollouts and updates use:
   so that compiled code holds no random-number generation
 - ``evaluate(obs, action, action_mask) -> (log_prob, entropy, value)``
 - ``value(obs) -> [N]``
+
+Asymmetric actor-critic: built with ``critic_obs_dim`` C > 0 (an environment with a ``critic`` observation group,
+see :func:`policy_for_env`), the critic reads ``concat(obs, critic_obs)`` (``[N, O + C]``) while the actor reads
+``obs`` alone; ``act``, ``evaluate`` and ``value`` then take ``critic_obs=`` (``[N, C]``). With
+``normalize_obs`` the privileged part has its own running statistics (``critic_obs_rms``). ``act`` without
+``critic_obs`` still acts (the actor needs none; exports and players use it so) and reports a zero value.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ class _ActorCriticBase(nn.Module):
     """What both heads share: optional observation normalisation and the critic."""
 
     def _init_base(
-        self, obs_dim: int, hidden_sizes: Sequence[int], normalize_obs: bool, out_name: str, out_size: int
+        self, obs_dim: int, hidden_sizes: Sequence[int], normalize_obs: bool, out_name: str, out_size: int,
+        critic_obs_dim: int = 0,
     ) -> None:
         """Validate the sizes, then build the normaliser, the critic and the actor (``out_size`` outputs)."""
         if obs_dim <= 0 or out_size <= 0 or any(h <= 0 for h in hidden_sizes):
@@ -36,35 +43,69 @@ class _ActorCriticBase(nn.Module):
                 f"obs_dim, {out_name} and hidden sizes must be positive, got {obs_dim}, {out_size}, "
                 f"{tuple(hidden_sizes)}"
             )
+        if critic_obs_dim < 0:
+            raise ValueError(f"critic_obs_dim must be >= 0, got {critic_obs_dim}")
         self.obs_dim = obs_dim
+        self.critic_obs_dim = critic_obs_dim
         self.hidden_sizes = tuple(hidden_sizes)
         self.normalize_obs = normalize_obs
         self.obs_rms = RunningMeanStd(obs_dim) if normalize_obs else None
-        self.critic = mlp(obs_dim, hidden_sizes, 1, out_gain=1.0)
+        self.critic_obs_rms = RunningMeanStd(critic_obs_dim) if normalize_obs and critic_obs_dim else None
+        self.critic = mlp(obs_dim + critic_obs_dim, hidden_sizes, 1, out_gain=1.0)
         self.actor = mlp(obs_dim, hidden_sizes, out_size, out_gain=0.01)
 
     def preprocess(self, obs: Tensor) -> Tensor:
         """The network input: ``obs`` normalised by the running statistics, when enabled."""
         return self.obs_rms(obs) if self.obs_rms is not None else obs
 
-    def update_normalizer(self, obs: Tensor, weight: Tensor | None = None) -> None:
-        """Merge a rollout's observations (``[..., O]``, rows weighted by ``weight``) into the running
-        statistics (no-op when disabled).
+    def _critic_input(self, x: Tensor, critic_obs: Tensor | None) -> Tensor:
+        """The critic's input from the preprocessed policy observation ``x``: ``x`` itself, or
+        ``concat(x, normalised critic_obs)`` for a policy with a ``critic`` group."""
+        if not self.critic_obs_dim:
+            return x
+        if critic_obs is None:
+            raise ValueError(f"this policy's critic reads {self.critic_obs_dim} privileged observations "
+                             "(the environment's critic group): pass critic_obs")
+        if self.critic_obs_rms is not None:
+            critic_obs = self.critic_obs_rms(critic_obs)
+        return torch.cat([x, critic_obs], dim=-1)
+
+    def _heads(self, obs: Tensor, critic_obs: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``forward``, except that a policy with a ``critic`` group given no ``critic_obs`` reports zero values
+        (what ``act`` does for players and exports, which need only the actor)."""
+        if self.critic_obs_dim and critic_obs is None:
+            x = self.preprocess(obs)
+            return self.actor(x), torch.zeros(x.shape[:-1], dtype=x.dtype, device=x.device)
+        return self(obs, critic_obs)
+
+    def update_normalizer(
+        self, obs: Tensor, weight: Tensor | None = None, critic_obs: Tensor | None = None
+    ) -> None:
+        """Merge a rollout's observations (``[..., O]``, rows weighted by ``weight``; ``critic_obs``
+        ``[..., C]`` too for a policy with a ``critic`` group) into the running statistics (no-op when
+        disabled).
 
         Called after the update that used the rollout, so each rollout is collected and learned from under
         one fixed normalisation (the PPO ratio starts at exactly 1).
         """
         if self.obs_rms is not None:
             self.obs_rms.update(obs, weight)
+        if self.critic_obs_rms is not None and critic_obs is not None:
+            self.critic_obs_rms.update(critic_obs, weight)
 
-    def value(self, obs: Tensor) -> Tensor:
-        """``[N]`` critic estimate for ``[N, O]`` observations."""
-        return self.critic(self.preprocess(obs)).squeeze(-1)
+    def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
+        """``[N]`` critic estimate for ``[N, O]`` observations (and ``[N, C]`` privileged ones, for a policy with
+        a ``critic`` group)."""
+        return self.critic(self._critic_input(self.preprocess(obs), critic_obs)).squeeze(-1)
 
-    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, obs: Tensor, critic_obs: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``(actor output [N, A] logits (unmasked) or [N, D] Gaussian mean, value [N])``."""
         x = self.preprocess(obs)
-        return self.actor(x), self.critic(x).squeeze(-1)
+        return self.actor(x), self.critic(self._critic_input(x, critic_obs)).squeeze(-1)
+
+    def _config_extra(self) -> dict:
+        """Config entries of an asymmetric critic (none otherwise: such checkpoints are unchanged)."""
+        return {"critic_obs_dim": self.critic_obs_dim} if self.critic_obs_dim else {}
 
 
 class ActorCritic(_ActorCriticBase):
@@ -84,9 +125,10 @@ class ActorCritic(_ActorCriticBase):
         num_actions: int,
         hidden_sizes: Sequence[int] = (64, 64),
         normalize_obs: bool = False,
+        critic_obs_dim: int = 0,
     ) -> None:
         super().__init__()
-        self._init_base(obs_dim, hidden_sizes, normalize_obs, "num_actions", num_actions)
+        self._init_base(obs_dim, hidden_sizes, normalize_obs, "num_actions", num_actions, critic_obs_dim)
         self.num_actions = num_actions
 
     def act(
@@ -96,10 +138,11 @@ class ActorCritic(_ActorCriticBase):
         generator: torch.Generator | None = None,
         deterministic: bool = False,
         noise: Tensor | None = None,
+        critic_obs: Tensor | None = None,
     ) -> PolicyOutput:
         """Choose one legal action per row: sampled (from ``noise``, ``[N, A]`` uniform, when given), or the most
         probable legal one if ``deterministic``."""
-        logits, value = self(obs)
+        logits, value = self._heads(obs, critic_obs)
         if deterministic:
             action = D.categorical_mode(logits, action_mask)
         else:
@@ -107,17 +150,18 @@ class ActorCritic(_ActorCriticBase):
         return PolicyOutput(action, D.categorical_log_prob(logits, action_mask, action), value)
 
     def evaluate(
-        self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None
+        self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, critic_obs: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """``(log_prob [N], entropy [N], value [N])`` of given actions, under the same mask as sampling."""
-        logits, value = self(obs)
+        logits, value = self(obs, critic_obs)
         log_prob, entropy = D.categorical_log_prob_entropy(logits, action_mask, action)
         return log_prob, entropy, value
 
     def config(self) -> dict:
         """Constructor arguments, enough to rebuild the network from a checkpoint."""
         return {"kind": "categorical", "obs_dim": self.obs_dim, "num_actions": self.num_actions,
-                "hidden_sizes": list(self.hidden_sizes), "normalize_obs": self.normalize_obs}
+                "hidden_sizes": list(self.hidden_sizes), "normalize_obs": self.normalize_obs,
+                **self._config_extra()}
 
 
 class GaussianActorCritic(_ActorCriticBase):
@@ -142,9 +186,10 @@ class GaussianActorCritic(_ActorCriticBase):
         hidden_sizes: Sequence[int] = (64, 64),
         init_log_std: float = 0.0,
         normalize_obs: bool = False,
+        critic_obs_dim: int = 0,
     ) -> None:
         super().__init__()
-        self._init_base(obs_dim, hidden_sizes, normalize_obs, "action_dim", action_dim)
+        self._init_base(obs_dim, hidden_sizes, normalize_obs, "action_dim", action_dim, critic_obs_dim)
         self.action_dim = action_dim
         self.init_log_std = init_log_std
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
@@ -156,18 +201,19 @@ class GaussianActorCritic(_ActorCriticBase):
         generator: torch.Generator | None = None,
         deterministic: bool = False,
         noise: Tensor | None = None,
+        critic_obs: Tensor | None = None,
     ) -> PolicyOutput:
         """Sample an action (from ``noise``, ``[N, D]`` standard normal, when given), or take the mean if
         ``deterministic``; ``action_mask`` is ignored."""
-        mean, value = self(obs)
+        mean, value = self._heads(obs, critic_obs)
         action = mean if deterministic else D.gaussian_sample(mean, self.log_std, generator, noise)
         return PolicyOutput(action, D.gaussian_log_prob(mean, self.log_std, action), value)
 
     def evaluate(
-        self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None
+        self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, critic_obs: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """``(log_prob [N], entropy [N], value [N])`` of given actions."""
-        mean, value = self(obs)
+        mean, value = self(obs, critic_obs)
         return (
             D.gaussian_log_prob(mean, self.log_std, action),
             D.gaussian_entropy(self.log_std, value.shape),
@@ -178,7 +224,7 @@ class GaussianActorCritic(_ActorCriticBase):
         """Constructor arguments, enough to rebuild the network from a checkpoint."""
         return {"kind": "gaussian", "obs_dim": self.obs_dim, "action_dim": self.action_dim,
                 "hidden_sizes": list(self.hidden_sizes), "init_log_std": self.init_log_std,
-                "normalize_obs": self.normalize_obs}
+                "normalize_obs": self.normalize_obs, **self._config_extra()}
 
 
 def build_policy(config: dict) -> nn.Module:
@@ -196,10 +242,12 @@ def policy_for_env(
     spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), normalize_obs: bool = False, init_log_std: float = 0.0
 ) -> nn.Module:
     """A fresh actor-critic sized for an environment's :class:`~rl_gpu.core.types.EnvSpec` (flat
-    observations)."""
+    observations); with a ``critic`` observation group, the critic reads ``concat(policy obs, critic obs)``."""
+    critic = spec.critic_obs_size
     if spec.is_continuous:
-        return GaussianActorCritic(spec.obs_size, spec.action_size, hidden_sizes, init_log_std, normalize_obs)
-    return ActorCritic(spec.obs_size, spec.num_actions, hidden_sizes, normalize_obs)
+        return GaussianActorCritic(spec.obs_size, spec.action_size, hidden_sizes, init_log_std, normalize_obs,
+                                   critic_obs_dim=critic)
+    return ActorCritic(spec.obs_size, spec.num_actions, hidden_sizes, normalize_obs, critic_obs_dim=critic)
 
 
 class UniformRandomPolicy:
@@ -215,12 +263,13 @@ class UniformRandomPolicy:
         generator: torch.Generator | None = None,
         deterministic: bool = False,
         noise: Tensor | None = None,
+        critic_obs: Tensor | None = None,
     ) -> PolicyOutput:
         logits = torch.zeros(action_mask.shape, device=obs.device)
         action = D.categorical_sample(logits, action_mask, generator, noise)
         zeros = torch.zeros(obs.shape[0], device=obs.device)
         return PolicyOutput(action, D.categorical_log_prob(logits, action_mask, action), zeros)
 
-    def value(self, obs: Tensor) -> Tensor:
+    def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
         """``[N]`` zeros: a random player has no critic."""
         return torch.zeros(obs.shape[0], device=obs.device)

@@ -212,6 +212,8 @@ def test_results_live_on_the_cuda_device_and_match_the_cpu():
         action = torch.full((4,), t % 2)
         a, b = cpu.step(action), gpu.step(action.cuda())
         for name, x, y in zip(a._fields, a, b):
+            if x is None and y is None:
+                continue  # no critic observation group
             assert y.device.type == "cuda", name
             assert torch.equal(x, y.cpu()), name
 

@@ -113,7 +113,8 @@ def _env_action(env: TensorEnv, action: Tensor) -> Tensor:
 
 
 def _meta(result: StepResult) -> dict[str, tuple]:
-    return {name: (tuple(t.shape), t.dtype, t.device) for name, t in zip(StepResult._fields, result)}
+    return {name: (tuple(t.shape), t.dtype, t.device) for name, t in zip(StepResult._fields, result)
+            if t is not None}
 
 
 def _expected_meta(env: TensorEnv) -> dict[str, tuple]:
@@ -161,7 +162,8 @@ def _check_result(env: TensorEnv, result: StepResult, meta: dict[str, tuple], wh
 
 def _rows_differ(a: tuple, b: tuple, rows: Tensor) -> list[str]:
     """Names of the fields of two NamedTuples of ``[N, ...]`` tensors that differ in ``rows``."""
-    return [name for name, x, y in zip(a._fields, a, b) if not torch.equal(x[rows], y[rows])]
+    return [name for name, x, y in zip(a._fields, a, b)
+            if (x is None) != (y is None) or (x is not None and not torch.equal(x[rows], y[rows]))]
 
 
 def _state_rows_differ(a: EnvState, b: EnvState, rows: Tensor) -> list[str]:
@@ -176,7 +178,8 @@ def _state_equal(a: EnvState, b: EnvState) -> bool:
 
 
 def _results_equal(a: StepResult, b: StepResult) -> list[str]:
-    return [name for name, x, y in zip(StepResult._fields, a, b) if not torch.equal(x, y)]
+    return [name for name, x, y in zip(StepResult._fields, a, b)
+            if (x is None) != (y is None) or (x is not None and not torch.equal(x, y))]
 
 
 def _warm_up(data: st.DataObject, env: TensorEnv, max_steps: int = 6) -> StepResult:

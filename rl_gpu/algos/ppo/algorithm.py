@@ -182,7 +182,10 @@ class PPO:
         if self.config.norm_reward:
             rollout = self._with_normalized_reward(rollout, weighted)
         metrics = run_update(self.units, rollout, permutations, weighted)
-        self._policy.update_normalizer(rollout.obs, rollout.live.float())
+        if rollout.critic_obs is None:
+            self._policy.update_normalizer(rollout.obs, rollout.live.float())
+        else:
+            self._policy.update_normalizer(rollout.obs, rollout.live.float(), critic_obs=rollout.critic_obs)
         return metrics
 
     def _graph(self, key: tuple, fn) -> GraphedFunction:

@@ -27,11 +27,14 @@ def ppo_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO's clipped surrogate + value loss - entropy bonus for one minibatch of ``[M]`` slots.
 
-    ``mb`` holds ``obs, action, action_mask, log_prob, value, advantage, returns, weight``. Every mean and the
-    advantage statistics use only slots with ``weight`` 1.
+    ``mb`` holds ``obs, action, action_mask, log_prob, value, advantage, returns, weight`` and, for an
+    asymmetric critic, ``critic_obs`` (passed to ``evaluate`` only when present). Every mean and the advantage
+    statistics use only slots with ``weight`` 1.
     """
     w = mb["weight"]
-    new_log_prob, entropy, new_value = policy.evaluate(mb["obs"], mb["action"], mb["action_mask"])
+    critic = mb.get("critic_obs")
+    extra = {} if critic is None else {"critic_obs": critic}
+    new_log_prob, entropy, new_value = policy.evaluate(mb["obs"], mb["action"], mb["action_mask"], **extra)
     log_ratio = new_log_prob - mb["log_prob"]
     ratio = log_ratio.exp()
     advantage = mb["advantage"]

@@ -63,6 +63,8 @@ class FlatBatch(NamedTuple):
     advantage: Tensor
     returns: Tensor
     weight: Tensor | None
+    critic_obs: Tensor | None = None
+    """``[B, C]`` privileged observations for an asymmetric critic (environments with a ``critic`` group)."""
 
 
 def _gae_unit(gamma: float, gae_lambda: float, reward_scale: float, batch: Rollout,
@@ -122,6 +124,7 @@ def flatten_batch(
         advantage=advantage.flatten(0, 1),
         returns=returns.flatten(0, 1),
         weight=batch.weight.flatten(0, 1) if weighted else None,
+        critic_obs=batch.critic_obs.flatten(0, 1) if batch.critic_obs is not None else None,
     )
 
 

@@ -139,6 +139,8 @@ class Go1VelocityEnv(MujocoEnv):
 
     frame_skip = 5
     obs_shape = (48,)
+    critic_obs_shape = (7,)
+    """The ``critic`` group: :meth:`privileged_obs` (an asymmetric actor-critic's value function reads it)."""
     action_shape = (12,)
     max_episode_steps = 1000
     params_type = Go1VelocityParams
@@ -220,6 +222,9 @@ class Go1VelocityEnv(MujocoEnv):
         height = self.qpos(inner)[:, 2]
         return torch.cat((torch.stack((height, friction, mass), dim=1), self.foot_contact(inner).double()),
                          dim=1).float()
+
+    def _observe_critic(self, inner: MjInner) -> Tensor:
+        return self.privileged_obs(inner)
 
     # --- the task ---------------------------------------------------------------------------------------
 

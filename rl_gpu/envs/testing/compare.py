@@ -27,7 +27,7 @@ __all__ = [
     "compare_tree",
 ]
 
-AFTER_RESET_FIELDS = ("obs", "action_mask", "current_player")
+AFTER_RESET_FIELDS = ("obs", "action_mask", "current_player", "critic_obs")
 """The :class:`StepResult` fields that describe the state the next action is chosen in: after an auto-reset
 they belong to the fresh start, the other fields to the finished transition."""
 
@@ -46,7 +46,10 @@ def compare(
     context: Callable[[int], str] | None = None,
 ) -> None:
     """Raise ``error`` at the first row where ``got`` differs from ``expected``, looking only at ``rows``
-    (``[N]`` bool) when given; ``context(row)`` adds a line describing that row to the message."""
+    (``[N]`` bool) when given; ``context(row)`` adds a line describing that row to the message. Two ``None``
+    agree (an optional field, such as ``critic_obs``, that neither side has)."""
+    if got is None and expected is None:
+        return
     got = torch.as_tensor(got).detach().cpu()
     expected = torch.as_tensor(expected).detach().cpu()
     if got.shape != expected.shape:
@@ -91,7 +94,7 @@ def compare_tree(
     if len(got) != len(expected):
         raise EnvCheckError(check, f"{name} has {len(got)} fields, expected {len(expected)}", step=step)
     for field_name, g, e in zip(names, got, expected):
-        if isinstance(e, Tensor):
+        if isinstance(e, Tensor) or e is None:
             compare(check, f"{name}.{field_name}", g, e, step=step, rows=rows, **tol)
         else:
             compare_tree(check, f"{name}.{field_name}", g, e, step=step, rows=rows, **tol)
