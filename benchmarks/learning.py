@@ -19,6 +19,8 @@ from pathlib import Path
 
 ENVS = ("RussianRoulette-v0", "CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0",
         "MountainCarContinuous-v0")
+ROBOTS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5", "Go1-Velocity-v0")
+"""MuJoCo tasks (``--envs robots``); ``--total-timesteps`` gives the ones without a target a budget."""
 
 
 def main() -> int:
@@ -26,7 +28,11 @@ def main() -> int:
     parser.add_argument("--envs", nargs="+", default=list(ENVS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[11])
     parser.add_argument("--output", type=Path, default=Path("artifacts/learning"))
+    parser.add_argument("--total-timesteps", type=int, default=None,
+                        help="a step budget for every run (default: each preset's)")
     args = parser.parse_args()
+    if args.envs == ["robots"]:
+        args.envs = list(ROBOTS)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     print("| env | seed | solved | threshold | best (final eval, 95% CI) | env steps | train s | process s | command |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -35,6 +41,8 @@ def main() -> int:
             out = args.output / env_id
             cmd = [sys.executable, "-m", "rl_gpu", "train", "--env", env_id, "--device", "cpu", "--quiet",
                    "--seeds", str(seed), "--output", str(out), "--overwrite"]
+            if args.total_timesteps is not None:
+                cmd += ["--total-timesteps", str(args.total_timesteps)]
             start = time.perf_counter()
             subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wall = time.perf_counter() - start
@@ -47,7 +55,7 @@ def main() -> int:
                 threshold = f"z >= {config['success_z']}"
             else:
                 result = f"{best['mean_return']:.1f} ± {best['return_ci']:.1f} ({best['episodes']} ep.)"
-                threshold = str(config["solve_threshold"])
+                threshold = str(config["solve_threshold"] or f"budget {config['total_timesteps']:,} steps")
             shown = " ".join(cmd[1:]).replace(sys.executable, "python")
             print(f"| {env_id} | {seed} | {'yes' if summary['success'] else 'no'} | {threshold} | {result} | "
                   f"{summary['global_step']:,} | {summary['train_seconds']:.1f} | {wall:.1f} | `python {shown}` |",

@@ -14,6 +14,8 @@ from rl_gpu.training.runner import train  # noqa: E402
 SHORT = {
     # env id: (step budget, mean deterministic return the best policy must reach)
     "HalfCheetah-v5": (300_000, 1500.0),
+    "Hopper-v5": (600_000, 800.0),
+    "Walker2d-v5": (500_000, 800.0),
 }
 
 
