@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, checked and timed in one go (about 6 minutes on one H200; every stage has a
-# time limit so the whole script stays under 8):
+# Everything that needs a GPU, checked and timed in one go (about 6 minutes on one H200, plus up to 5 for MuJoCo
+# Warp when installed; every stage has a time limit so the whole script stays under 8, 13 with MuJoCo Warp):
 #   1. the tests marked gpu: CUDA sync-debug-mode "error" runs of the hot loop in every compile mode, eager vs
 #      inductor vs CUDA-graph results, the engine against collect() on CUDA, and every other gpu-marked test;
 #   2. a short training run with --compile cudagraphs through the trainer (CLI, checkpoints, evaluation);
@@ -39,6 +39,13 @@ stage train_cudagraphs 60 "$PY" -m rl_gpu train --env CartPole-v1 --device cuda 
     --final-eval-episodes 64 --seeds 1 --output "$OUT/train" --overwrite
 stage bench_cartpole 150 "$PY" -m rl_gpu bench --env CartPole-v1 --device cuda --num-envs 4096 65536 \
     --compile off inductor cudagraphs --repeats 5 --output "$OUT/bench_cartpole.json"
+# MuJoCo Warp (the mujoco-warp extra, installed in the carried .venv): HalfCheetah and Ant at N=4096 and 16384,
+# graph-captured steps, PPO training steps/s, agreement with the C engine. Skipped when mujoco_warp is absent.
+if "$PY" -c "import mujoco_warp" 2>/dev/null; then
+    stage mujoco_warp 300 "$PY" benchmarks/gpu_check_mujoco.py
+else
+    echo "mujoco_warp not installed: stage mujoco_warp skipped (pip install 'rl-gpu[mujoco-warp]')" | tee "$OUT/mujoco_warp.txt"
+fi
 
 echo "results in $OUT/"
 if [ ${#failed[@]} -gt 0 ]; then
