@@ -18,7 +18,8 @@ engine is host code (``spec.functional`` is False): collection runs eagerly arou
 from __future__ import annotations
 
 import abc
-from dataclasses import replace
+import math
+from dataclasses import fields, replace
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -39,6 +40,22 @@ except ImportError:  # pragma: no cover - exercised only without the optional de
 
 
 _FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def check_task_params(params: Any) -> None:
+    """Refuse, in one line naming the field, a task parameter that is not a number where its default is one, a
+    NaN (one NaN weight turns every reward NaN) and a negative noise scale. Infinities are allowed: Gymnasium's
+    healthy ranges use them."""
+    for f in fields(params):
+        value, default = getattr(params, f.name), f.default
+        if isinstance(default, bool) or not isinstance(default, (int, float, tuple)):
+            continue
+        numbers = value if isinstance(value, tuple) and isinstance(default, tuple) else (value,)
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) for v in numbers):
+            raise ValueError(f"{f.name} must be {'numbers' if isinstance(default, tuple) else 'a number'} (not "
+                             f"NaN), got {value!r}")
+        if "noise" in f.name and any(v < 0 for v in numbers):
+            raise ValueError(f"{f.name} must be >= 0, got {value!r}")
 
 
 class MjInner(NamedTuple):
@@ -110,6 +127,8 @@ class MujocoEnv(TensorEnv[MjInner]):
         self.action_low, self.action_high = tuple(map(float, low)), tuple(map(float, high))
         self._term_sums: Tensor | None = None
         super().__init__(num_envs, device, seed, **kwargs)
+        if self.params_type is not None:
+            check_task_params(self.params)
         self.init_qpos, self.init_qvel = self.init_qpos.to(self.device), self.init_qvel.to(self.device)
         self._term_sums = torch.zeros(num_envs, len(self.reward_terms), dtype=torch.float64, device=self.device)
         self._finished_terms = torch.zeros(len(self.reward_terms), dtype=torch.float64, device=self.device)

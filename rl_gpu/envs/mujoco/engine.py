@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from rl_gpu.core.device import thread_limit
+
 try:
     import mujoco
     import mujoco.rollout
@@ -99,8 +101,10 @@ class MujocoEngine:
         self.num_envs = num_envs
         self.frame_skip = frame_skip
         self.num_threads = default_threads() if num_threads is None else num_threads
-        if isinstance(self.num_threads, bool) or not isinstance(self.num_threads, int) or self.num_threads < 1:
-            raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
+        n = self.num_threads
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= thread_limit():
+            raise ValueError(f"num_threads must be an int between 1 and {thread_limit()} (4 x this machine's CPUs), "
+                             f"got {num_threads!r}")
         self._rollout = mujoco.rollout.Rollout(nthread=self.num_threads)
         self._data = [mujoco.MjData(self.models[0]) for _ in range(self.num_threads)]
         self._scratch = mujoco.MjData(self.models[0])

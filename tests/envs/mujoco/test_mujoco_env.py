@@ -154,3 +154,15 @@ def test_a_checkpointed_pool_is_restored_into_a_batch_built_with_another_seed():
         assert torch.equal(got.obs, want.obs) and torch.equal(got.reward, want.reward)
     with pytest.raises(ValueError, match="same randomization"):
         HalfCheetahEnv(6, seed=4, num_threads=1).load_state_dict(saved)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"forward_reward_weight": float("nan")}, "forward_reward_weight must be a number"),
+    ({"ctrl_cost_weight": "0.1"}, "ctrl_cost_weight must be a number"),
+    ({"reset_noise_scale": -0.1}, "reset_noise_scale must be >= 0"),
+    ({"num_threads": 2**40}, "num_threads must be an int between 1 and"),
+    ({"num_threads": 0}, "num_threads must be an int between 1 and"),
+])
+def test_bad_task_parameters_and_thread_counts_are_refused_in_one_line(bad, message):
+    with pytest.raises(ValueError, match=message):
+        HalfCheetahEnv(1, **{"num_threads": 1, **bad})
