@@ -58,8 +58,7 @@ class EvaluateConfig:
     threads: int = 1
     """torch intra-op CPU threads"""
     video: Path | None = None
-    """MuJoCo tasks: also film one episode (from a fresh start, deterministic unless --sample) into this MP4
-    file (480x480 at the control rate, a camera tracking the robot); the path is checked before anything runs"""
+    """MuJoCo tasks: also film one episode (fresh start, deterministic unless --sample) into this MP4 file"""
     video_steps: Annotated[int | None, tyro.conf.arg(help_behavior_hint="(default: the whole episode)")] = None
     """--video: most control steps to record"""
     overwrite_video: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
