@@ -188,6 +188,11 @@ class MujocoEnv(TensorEnv[MjInner]):
         """``[N, T]`` task state after a step (default: unchanged)."""
         return after.task
 
+    def _total_reward(self, terms: Tensor) -> Tensor:
+        """``[N]`` float64 reward from the ``[N, K]`` terms (columns in :attr:`reward_terms` order): their sum,
+        unless the task says otherwise."""
+        return terms.sum(dim=1)
+
     def _perturb(self, inner: MjInner) -> Tensor:
         """``[N, nstate]`` physics to step from (pushes change velocities here; default: unchanged)."""
         return inner.physics
@@ -232,7 +237,7 @@ class MujocoEnv(TensorEnv[MjInner]):
         self._step_terms = stacked
         # Costs of absurd actions (Gymnasium's control costs use the unclipped action) saturate at float32's
         # largest value instead of overflowing to -inf: the reward stays finite.
-        reward = stacked.sum(dim=1).clamp(-_FLOAT32_MAX, _FLOAT32_MAX).float()
+        reward = self._total_reward(stacked).clamp(-_FLOAT32_MAX, _FLOAT32_MAX).float()
         return after, reward, terminated
 
     def step_state(self, state: EnvState[MjInner], action: Tensor, reset_inner: MjInner):

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
 
-from rl_gpu.envs.mujoco.base import MjInner, MujocoEnv
+from rl_gpu.envs.mujoco.base import MjInner, MujocoEnv, check_task_params
 from rl_gpu.envs.mujoco.randomization import Randomization
 
 ASSETS = os.path.join(os.path.dirname(__file__), "assets", "go1")
@@ -77,6 +77,12 @@ class Go1VelocityParams:
     """Commands are drawn again every this many steps (10 s)."""
     action_scale: float = 0.25
     """Joint target = home pose + action_scale * action (rad)."""
+    stiffness: float = 35.0
+    """Proportional gain of every joint's position servo (N m / rad): the model's 100 holds the pose rigidly but
+    turns exploration noise on the targets into torque spikes at the force limits; 35 is MuJoCo Playground's
+    gain for this model."""
+    joint_damping: float = 0.5
+    """Damping of every leg joint (N m s / rad), replacing the model's 1-2, with :attr:`stiffness`."""
     clip_actions: float = 10.0
     """Actions are clipped to ``[-clip_actions, clip_actions]`` (the spec's bounds)."""
     tracking_sigma: float = 0.25
@@ -88,7 +94,16 @@ class Go1VelocityParams:
     orientation: float = -2.5
     torques: float = -2e-4
     action_rate: float = -0.01
+    feet_air_time: float = 1.0
+    """Paid at each touchdown, ``sum over feet of (air time - air_time_target)`` (seconds, times ``dt`` like every
+    term), while the planar command is above 0.1 m/s: it rewards stepping, where a robot that stands still is a
+    local optimum of the tracking terms alone (commands average zero)."""
+    air_time_target: float = 0.5
+    """Swing duration (s) above which a step earns :attr:`feet_air_time` (legged_gym's 0.5 s)."""
     termination: float = -10.0
+    only_positive_rewards: bool = False
+    """True: the reward is ``max(0, sum of the other terms) + termination`` (legged_gym's option against a policy
+    that learns to fall early because its steps cost more than they earn)."""
     max_tilt: float = 1.0
     """Terminated when the trunk's up axis is more than this many radians from vertical."""
     min_base_height: float = 0.12
@@ -103,6 +118,7 @@ class Go1VelocityParams:
     """Episode starts: trunk linear and angular velocity U(-noise, noise); yaw is uniform."""
 
     def __post_init__(self) -> None:
+        check_task_params(self)
         for name in ("lin_vel_x", "lin_vel_y", "ang_vel_z"):
             low, high = getattr(self, name)
             if not low <= high:
@@ -114,8 +130,12 @@ class Go1VelocityParams:
         if not 0.0 <= self.zero_command_probability <= 1.0:
             raise ValueError(f"zero_command_probability must be in [0, 1], got "
                              f"{self.zero_command_probability}")
-        if not (self.tracking_sigma > 0 and self.clip_actions > 0):
-            raise ValueError("tracking_sigma and clip_actions must be positive")
+        if not (self.tracking_sigma > 0 and self.clip_actions > 0 and self.stiffness > 0):
+            raise ValueError("tracking_sigma, clip_actions and stiffness must be positive")
+        if not isinstance(self.only_positive_rewards, bool):
+            raise TypeError(f"only_positive_rewards must be True or False, got {self.only_positive_rewards!r}")
+        if not (self.joint_damping >= 0 and self.air_time_target >= 0):
+            raise ValueError("joint_damping and air_time_target must be >= 0")
 
 
 DEFAULT_RANDOMIZATION = Randomization(friction=(0.4, 1.25), mass=(0.9, 1.1), motor_strength=(0.9, 1.1),
@@ -132,7 +152,8 @@ class Go1VelocityEnv(MujocoEnv):
       (12), joint velocities (12), last action (12; clipped). Unscaled.
     - Action ``[N, 12]``: joint position offsets; target = home + ``action_scale`` * action, held by the
       MJCF's position servos (kp 100, joint damping 1-2) for 5 physics steps of 4 ms: a 50 Hz policy.
-    - Reward: the sum of :attr:`reward_terms` (each ``weight * dt * value``, see :class:`Go1VelocityParams`).
+    - Reward: the sum of :attr:`reward_terms` (each ``weight * dt * value``, see :class:`Go1VelocityParams`;
+      ``only_positive_rewards`` clips all but ``termination`` at zero).
     - Terminated: trunk tilted beyond ``max_tilt`` or lower than ``min_base_height``. Truncated: 1000 steps.
     - Pushes every ``push_interval_steps``; commands redrawn every ``command_resample_steps``.
     """
@@ -145,10 +166,12 @@ class Go1VelocityEnv(MujocoEnv):
     max_episode_steps = 1000
     params_type = Go1VelocityParams
     reward_terms = ("track_lin_vel_xy", "track_ang_vel_z", "lin_vel_z", "ang_vel_xy", "orientation",
-                    "torques", "action_rate", "termination")
-    task_size = 17
-    CMD, STEP, KEY, LAST_ACTION = slice(0, 3), 3, 4, slice(5, 17)
-    """Columns of ``inner.task``: command, steps since reset, random key (hash draws), last action."""
+                    "torques", "action_rate", "feet_air_time", "termination")
+    task_size = 25
+    CMD, STEP, KEY, LAST_ACTION, AIR_TIME, LAST_CONTACT = (slice(0, 3), 3, 4, slice(5, 17), slice(17, 21),
+                                                           slice(21, 25))
+    """Columns of ``inner.task``: command, steps since reset, random key (hash draws), last action, each foot's
+    time in the air (s) and whether it touched at the previous step."""
 
     @classmethod
     def model_path(cls) -> str:
@@ -158,6 +181,9 @@ class Go1VelocityEnv(MujocoEnv):
         # Randomised physics unless told otherwise (randomization=None: the nominal model): a walking policy
         # must not depend on one friction or one set of link masses.
         kwargs.setdefault("randomization", DEFAULT_RANDOMIZATION)
+        # The servo gains are part of the model every variant is built from: known before the model loads.
+        names = {f.name for f in fields(Go1VelocityParams)}
+        self._gains = Go1VelocityParams(**{k: v for k, v in kwargs.items() if k in names})
         super().__init__(num_envs, device, seed, **kwargs)
         clip = float(self.params.clip_actions)
         self.action_low, self.action_high = (-clip,) * self.model.nu, (clip,) * self.model.nu
@@ -166,6 +192,10 @@ class Go1VelocityEnv(MujocoEnv):
 
     def load_model(self):
         model = super().load_model()
+        # MuJoCo's position servo: force = gain * ctrl + bias[1] * qpos, so gain = kp, bias[1] = -kp.
+        model.actuator_gainprm[:, 0] = self._gains.stiffness
+        model.actuator_biasprm[:, 1] = -self._gains.stiffness
+        model.dof_damping[6:] = self._gains.joint_damping
         self.home_qpos = torch.tensor(model.key("home").qpos, dtype=torch.float64)
         ranges = torch.tensor(model.jnt_range[1:], dtype=torch.float64)  # the hinges after the free joint
         self.joint_low, self.joint_high = ranges[:, 0], ranges[:, 1]
@@ -280,6 +310,8 @@ class Go1VelocityEnv(MujocoEnv):
         fresh = self._draw_commands(task[:, self.KEY], step)
         task[:, self.CMD] = torch.where(resample.unsqueeze(1), fresh, task[:, self.CMD])
         task[:, self.LAST_ACTION] = self._clipped_action
+        task[:, self.AIR_TIME] = self._air_time
+        task[:, self.LAST_CONTACT] = self.foot_contact(after).double()
         return task
 
     def _observe(self, inner: MjInner) -> Tensor:
@@ -295,6 +327,15 @@ class Go1VelocityEnv(MujocoEnv):
         # after.task is still before.task here: the command the policy acted on.
         self._step_errors = error = self.tracking_error(after)
         action_rate = (self._clipped_action - before.task[:, self.LAST_ACTION]).square().sum(dim=1)
+        # legged_gym's touchdown rule: a foot lands when it touches now or touched one step ago (the touch
+        # sensor of a sphere foot flickers) after time in the air; its swing time is paid, then restarts.
+        contact = self.foot_contact(after)
+        touching = contact | (before.task[:, self.LAST_CONTACT] > 0)
+        air_time = before.task[:, self.AIR_TIME] + dt
+        touchdown = touching & (before.task[:, self.AIR_TIME] > 0)
+        moving = self.commands(before)[:, :2].norm(dim=1) > 0.1
+        feet_air_time = ((air_time - p.air_time_target) * touchdown).sum(dim=1) * moving
+        self._air_time = torch.where(touching, torch.zeros_like(air_time), air_time)
         terminated = (gravity[:, 2] > -math.cos(p.max_tilt)) | (self.qpos(after)[:, 2] < p.min_base_height)
         terms = {
             "track_lin_vel_xy": p.track_lin_vel_xy * torch.exp(-error[:, :2].square().sum(dim=1)
@@ -305,9 +346,16 @@ class Go1VelocityEnv(MujocoEnv):
             "orientation": p.orientation * gravity[:, :2].square().sum(dim=1),
             "torques": p.torques * self.joint_torques(after).square().sum(dim=1),
             "action_rate": p.action_rate * action_rate,
+            "feet_air_time": p.feet_air_time * feet_air_time,
             "termination": p.termination * terminated.double(),
         }
         return {name: dt * value for name, value in terms.items()}, terminated
+
+    def _total_reward(self, terms: Tensor) -> Tensor:
+        if not self.params.only_positive_rewards:
+            return terms.sum(dim=1)
+        fall = self.reward_terms.index("termination")
+        return (terms.sum(dim=1) - terms[:, fall]).clamp(min=0.0) + terms[:, fall]
 
     # --- tracking statistics ----------------------------------------------------------------------------
 

@@ -55,9 +55,15 @@ CAMERAS: dict[str, TrackingCamera] = {
     "Walker2dEnv": TrackingCamera(distance=3.5),
     "AntEnv": TrackingCamera(distance=5.0, elevation=-30.0),
     "HumanoidEnv": TrackingCamera(distance=4.0),
+    "Go1VelocityEnv": TrackingCamera(distance=1.6, azimuth=120.0, elevation=-25.0),
 }
 """Cameras of the Gymnasium locomotion tasks, by class name (Gymnasium's default camera distances, tracking).
 A task class may instead define a ``camera`` attribute (a :class:`TrackingCamera`)."""
+
+
+GEOM_GROUPS: dict[str, tuple[int, ...]] = {"Go1VelocityEnv": (0, 1, 2, 3)}
+"""Geom groups drawn besides MuJoCo's default 0-2, by class name: Go1's model keeps only its collision geoms
+(group 3; the visual meshes were removed)."""
 
 
 def camera_for(env) -> TrackingCamera:
@@ -135,6 +141,10 @@ class FrameRenderer:
         self._cam.distance = float(self.camera.distance)
         self._cam.azimuth = float(self.camera.azimuth)
         self._cam.elevation = float(self.camera.elevation)
+        self._option = mujoco.MjvOption()
+        for cls in type(env).__mro__:
+            for group in GEOM_GROUPS.get(cls.__name__, ()):
+                self._option.geomgroup[group] = 1
 
     @staticmethod
     def _no_gl_message(error: BaseException) -> str:
@@ -156,7 +166,7 @@ class FrameRenderer:
         mujoco.mj_setState(model, self._data, np.ascontiguousarray(state), FULLPHYSICS)
         mujoco.mj_forward(model, self._data)
         try:
-            self._renderer.update_scene(self._data, camera=self._cam)
+            self._renderer.update_scene(self._data, camera=self._cam, scene_option=self._option)
             return self._renderer.render().copy()
         except Exception as e:
             raise RenderError(self._no_gl_message(e)) from None

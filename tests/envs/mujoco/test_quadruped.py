@@ -153,19 +153,26 @@ def test_a_fall_terminates_and_pays_the_termination_term():
     assert bool((result.obs[1:] != result.final_obs[1:]).any())  # auto-reset
 
 
-def test_reward_terms_sum_to_the_reward():
-    env = _env(8, seed=7, push_interval_steps=3)
+@pytest.mark.parametrize("only_positive", [True, False])
+def test_reward_terms_make_the_reward(only_positive):
+    env = _env(8, seed=7, push_interval_steps=3, only_positive_rewards=only_positive)
     p, dt = env.params, env.dt
+    clipped = 0
     for action in _actions(8, 12, seed=7):
         result = env.step(action)
         terms = env._step_terms
         assert terms.shape == (8, len(env.reward_terms))
-        torch.testing.assert_close(result.reward, terms.sum(dim=1).float())
+        fall = terms[:, env.reward_terms.index("termination")]
+        others = terms.sum(dim=1) - fall
+        expected = others.clamp(min=0) + fall if only_positive else terms.sum(dim=1)
+        torch.testing.assert_close(result.reward, expected.float())
+        clipped += int((others < 0).sum())
         named = dict(zip(env.reward_terms, terms.T))
         assert bool((named["track_lin_vel_xy"] > 0).all()) and bool((named["track_lin_vel_xy"] <= dt).all())
         assert bool((named["track_ang_vel_z"] <= p.track_ang_vel_z * dt).all())
         for name in ("lin_vel_z", "ang_vel_xy", "orientation", "torques", "action_rate"):
             assert bool((named[name] <= 0).all()), name
+    assert clipped > 0  # noisy actions cost more than they track: the clip was exercised
     assert bool((env.joint_torques(env.state.inner).abs() <= 35.55 + 1e-9).all())
     stats = env.tracking_error_stats()
     assert set(stats) == {"lin_vel_x", "lin_vel_y", "ang_vel_z"}
@@ -258,3 +265,43 @@ def test_hash_uniform_is_a_pure_uniform_draw():
     assert abs(float(u.mean()) - 0.5) < 0.02 and abs(float(u.var()) - 1 / 12) < 0.005
     assert not bool(torch.isclose(u, hash_uniform(key, counter + 1, stream=1, size=3)).any())
     assert not bool(torch.isclose(u[:, :2], hash_uniform(key, counter, stream=2, size=2)).all())
+
+
+def test_servo_gains_are_the_task_parameters_in_every_variant():
+    env = _env(4, seed=14, randomization=WIDE, stiffness=20.0, joint_damping=0.7)
+    for k, m in enumerate(env.engine.models):
+        s = env.variant_scales["motor_strength"][k]
+        np.testing.assert_allclose(m.actuator_gainprm[:, 0], 20.0 * s)
+        np.testing.assert_allclose(m.actuator_biasprm[:, 1], -20.0 * s)
+        np.testing.assert_allclose(m.dof_damping[6:], 0.7 * env.variant_scales["damping"][k][6:])
+    assert env.model.dof_damping[:6].tolist() == [0.0] * 6  # the free joint keeps none
+    with pytest.raises(ValueError, match="stiffness"):
+        _env(1, stiffness=0.0)
+    with pytest.raises(ValueError, match="stiffness must be a number"):
+        _env(1, stiffness="stiff")
+    with pytest.raises(TypeError, match="only_positive_rewards must be True or False"):
+        _env(1, only_positive_rewards="yes")
+
+
+def test_feet_air_time_pays_each_touchdown_by_its_swing_time():
+    """Four rows standing on the ground (every foot touches after the step), with hand-set air times and last
+    contacts: a foot that was in the air lands (legged_gym's rule) and is paid ``dt * (air + dt - 0.5)``; the
+    term is zero for a standing command."""
+    env = _env(4, seed=15, push_interval_steps=0, randomization=None, command_resample_steps=1000)
+    for _ in range(10):
+        env.step(torch.zeros(4, 12))  # settle: every foot touches
+    state = env.get_state()
+    task = state.inner.task.clone()
+    air = torch.tensor([[0.0, 0.0, 0.0, 0.0], [0.6, 0.0, 0.0, 0.0], [0.7, 0.3, 0.0, 0.0], [0.6, 0.0, 0.0, 0.0]],
+                       dtype=torch.float64)
+    task[:, env.AIR_TIME] = air
+    task[:, env.LAST_CONTACT] = (air == 0).double()
+    task[:, env.CMD] = torch.tensor([[1.0, 0.0, 0.0]] * 3 + [[0.0, 0.05, 0.5]], dtype=torch.float64)
+    env.set_state(state._replace(inner=state.inner._replace(task=task)))
+    env.step(torch.zeros(4, 12))
+    assert bool(env.foot_contact(env.state.inner).all())
+    dt = env.dt
+    paid = env._step_terms[:, env.reward_terms.index("feet_air_time")]
+    expected = [0.0, dt * (0.6 + dt - 0.5), dt * ((0.7 + dt - 0.5) + (0.3 + dt - 0.5)), 0.0]
+    assert paid.tolist() == pytest.approx(expected)
+    assert bool((env.state.inner.task[:, env.AIR_TIME] == 0).all())  # landed feet restart their clocks
