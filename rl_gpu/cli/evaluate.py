@@ -8,6 +8,10 @@ override that protocol.
 
 ``--video PATH.mp4`` (MuJoCo tasks) also films one episode of the policy from a fresh start, deterministic
 unless ``--sample``, with a camera that tracks the robot (``--video-steps`` caps its length).
+
+Two-player zero-sum games small enough to enumerate (RussianRoulette-v0; LeducHoldem-v0 with OpenSpiel
+installed) also get the exact exploitability of the policy, played as the protocol plays it (deterministic or
+sampled), and of the uniform-random policy (:mod:`rl_gpu.interop.exploitability`).
 """
 
 from __future__ import annotations
@@ -132,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rl_gpu.core.errors import UsageError
     from rl_gpu.core.seeding import derive_seed
     from rl_gpu.envs.registry import is_known, make
+    from rl_gpu.interop.exploitability import has_exploitability
     from rl_gpu.interop.policy_io import load_policy
     from rl_gpu.nn.actor_critic import UniformRandomPolicy
     from rl_gpu.runtime.checkpoint import CheckpointError
@@ -201,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         num_envs=protocol.num_envs)
         print("random:  " + random_result.describe(multi).replace("\n", "\n         "))
         report["random"] = random_result.to_dict()
+    if has_exploitability(probe):
+        report["exploitability"] = exploitability_report(probe, policy, protocol.deterministic)
     if config.video is not None:
         from rl_gpu.envs.mujoco.render import RenderError
         from rl_gpu.interop.video import record_episode
@@ -224,6 +231,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UsageError as e:
             fail(PROG, str(e))
     return 0
+
+
+def exploitability_report(env, policy, deterministic: bool) -> dict:
+    """Print the exact exploitability of the policy and of the uniform-random one (games small enough to
+    enumerate) and return them for the JSON report; a game that needs OpenSpiel without it installed prints
+    why it is skipped instead (the evaluation itself is complete)."""
+    from rl_gpu.core.errors import UsageError
+    from rl_gpu.interop.exploitability import measure_exploitability
+    from rl_gpu.nn.actor_critic import UniformRandomPolicy
+
+    actions = "deterministic" if deterministic else "sampled actions"
+    try:
+        measured = measure_exploitability(env, policy, deterministic=deterministic)
+        random = measure_exploitability(env, UniformRandomPolicy())
+    except (UsageError, ValueError) as e:  # OpenSpiel missing; a policy whose probabilities are not finite
+        print(f"exploit: not computed: {e}")
+        return {"skipped": str(e)}
+    print(f"exploit: policy {measured.describe()}, {actions}\n"
+          f"         random {random.describe()}\n"
+          f"         ({measured.definition})")
+    return {"policy": measured.to_dict(), "random": random.to_dict(), "deterministic": deterministic}
 
 
 def video_setup(probe, env_id: str, make_video_env):

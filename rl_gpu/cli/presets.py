@@ -71,6 +71,17 @@ PRESETS: dict[str, dict] = {
         # Games last at most 10 actions, so future rewards need no discount.
         "ppo": {"gamma": 1.0, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 4, "ent_coef": 0.01},
     },
+    "LeducHoldem-v0": {
+        # Games of at most 8 actions with rewards in chips at the end: no discount, as for roulette.
+        "num_envs": 1024,
+        "learning_rate": 3e-4,
+        "min_updates": 50,
+        "max_updates": 500,
+        "eval_every": 25,
+        "eval_episodes": 8192,
+        "final_eval_episodes": 16384,
+        "ppo": {"gamma": 1.0, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 4, "ent_coef": 0.01},
+    },
     "CartPole-v1": {
         **_CLASSIC, "num_envs": 64, "max_updates": 200, "solve_threshold": 475.0,
         "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 16, "ent_coef": 0.01},

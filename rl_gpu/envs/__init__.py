@@ -24,6 +24,8 @@ _LAZY = {
     "PendulumEnv": "rl_gpu.envs.pendulum",
     "RouletteState": "rl_gpu.envs.roulette",
     "RussianRouletteVectorized": "rl_gpu.envs.roulette",
+    "LeducHoldem": "rl_gpu.envs.leduc",
+    "LeducState": "rl_gpu.envs.leduc",
     "GymnasiumEnv": "rl_gpu.envs.gymnasium_env",
 }
 

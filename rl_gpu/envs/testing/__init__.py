@@ -12,6 +12,8 @@ them (:class:`EnvCheckError`: check, env row, step, field, expected and actual v
   raises, and the row-wise comparisons behind it,
 - :mod:`~rl_gpu.envs.testing.gym_reference`: Gymnasium's classic-control environments as references (imports
   ``gymnasium``, so it is not imported here).
+- :mod:`~rl_gpu.envs.testing.openspiel_reference`: OpenSpiel's ``leduc_poker`` as the reference of
+  LeducHoldem-v0 (imports ``open_spiel``, so it is not imported here).
 
 Example::
 
