@@ -1,7 +1,9 @@
 """``rl-gpu plot``: learning curves from runs' ``metrics.jsonl``, one PNG, x = environment steps.
 
 Runs named ``seed-N`` under one directory are seeds of one configuration: they are drawn as one curve, the
-mean over seeds with a band (min to max, or mean ± one standard deviation) on the steps all of them reached.
+mean over seeds with a band (min to max, or mean ± one standard deviation) over the whole budget: a seed that
+stopped early (it met its goal) holds its last value from there on, so the curve is not cut at the first seed
+to stop.
 Any other run is its own curve. A directory holding ``seed-*/metrics.jsonl`` (a ``train --output``) stands for
 all its seeds.
 """
@@ -219,17 +221,16 @@ def default_metrics(runs: Sequence[Run]) -> list[str]:
     return ordered + (["validation.score"] if "validation.score" in numeric_metrics(runs) else [])
 
 
-def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str) -> tuple[np.ndarray, ...] | None:
-    """Mean and band of several runs on the steps they all reached: ``(x, mean, low, high)``.
+def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str) -> tuple[np.ndarray, ...]:
+    """Mean and band of several runs: ``(x, mean, low, high)``.
 
-    Each run is linearly interpolated onto a common grid of at most :data:`GRID_POINTS` steps between the
-    largest first step and the smallest last step (runs of one configuration log at nearly the same steps).
-    None when the runs share no range.
+    Each run is linearly interpolated onto a common grid of at most :data:`GRID_POINTS` steps from the largest
+    first step to the largest last step (runs of one configuration log at nearly the same steps); past its own
+    last step a run holds its last value (``np.interp``'s edge value), as a run that stopped on success keeps
+    its policy.
     """
     start = max(x[0] for x, _ in curves)
-    stop = min(x[-1] for x, _ in curves)
-    if stop < start:
-        return None
+    stop = max(x[-1] for x, _ in curves)
     steps = np.unique(np.concatenate([x[(x >= start) & (x <= stop)] for x, _ in curves]))
     if steps.size > GRID_POINTS:
         steps = np.linspace(start, stop, GRID_POINTS)
@@ -326,15 +327,15 @@ def draw(fig, axes, runs: dict[Path, Run], groups: dict[str, list[Path]], metric
                     curves.append((x, y if metric.startswith("validation.") else smooth(y, smoothing)))
             if not curves:
                 continue
-            combined = aggregate(curves, band) if len(curves) > 1 else None
-            if combined is None:
+            if len(curves) == 1:
                 for i, (x, y) in enumerate(curves):
                     ax.plot(x, y, color=color, label=label if i == 0 else None,
                             marker="." if x.size < 30 else None)
                 continue
-            steps, mean, low, high = combined
+            steps, mean, low, high = aggregate(curves, band)
             spread = "min-max" if band == "minmax" else "±1 std"
-            ax.plot(steps, mean, color=color, label=f"{label} (mean of {len(curves)} seeds, {spread})",
+            held = " (stopped seeds hold their last value)" if len({x[-1] for x, _ in curves}) > 1 else ""
+            ax.plot(steps, mean, color=color, label=f"{label} (mean of {len(curves)} seeds, {spread}){held}",
                     marker="." if steps.size < 30 else None)
             ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
         ax.set_ylabel(metric)

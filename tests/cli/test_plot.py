@@ -52,17 +52,18 @@ def test_seed_runs_are_one_group_and_other_runs_their_own(tmp_path):
     assert x.tolist() == [10000.0, 20000.0, 30000.0]
 
 
-def test_aggregate_mean_and_band_on_the_common_range():
-    a = (np.array([0.0, 10.0, 20.0]), np.array([0.0, 1.0, 2.0]))
+def test_aggregate_mean_and_band_over_the_whole_budget():
+    a = (np.array([0.0, 10.0, 20.0]), np.array([0.0, 1.0, 2.0]))  # stopped early, at step 20
     b = (np.array([5.0, 15.0, 30.0]), np.array([2.0, 3.0, 4.0]))
     steps, mean, low, high = aggregate([a, b], "minmax")
-    assert steps[0] == 5.0 and steps[-1] == 20.0
+    assert steps[0] == 5.0 and steps[-1] == 30.0  # not cut at the first seed to stop
     np.testing.assert_allclose(mean, (np.interp(steps, *a) + np.interp(steps, *b)) / 2)
+    late = steps > 20.0
+    assert late.any() and (low[late] == 2.0).all()  # the stopped seed holds its last value
+    np.testing.assert_allclose(mean[steps == 30.0], [3.0])
     assert (low <= mean).all() and (mean <= high).all()
     _, mean_s, low_s, high_s = aggregate([a, b], "std")
     np.testing.assert_allclose(high_s - mean_s, mean_s - low_s)
-    disjoint = [(np.array([0.0, 1.0]), np.zeros(2)), (np.array([2.0, 3.0]), np.zeros(2))]
-    assert aggregate(disjoint, "std") is None
     np.testing.assert_allclose(smooth(np.array([1.0, 3.0, 5.0, 7.0]), 2), [1.0, 2.0, 4.0, 6.0])
 
 
