@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, checked and timed in one go (about 6 minutes on one H200, plus up to 5 for MuJoCo
-# Warp when installed; every stage has a time limit so the whole script stays under 8, 13 with MuJoCo Warp):
+# Everything that needs a GPU, checked and timed in one go (about 9 minutes on one H200, plus up to 5 for MuJoCo
+# Warp when installed; every stage has a time limit so the whole script stays under 14, 19 with MuJoCo Warp):
 #   1. the tests marked gpu: CUDA sync-debug-mode "error" runs of the hot loop in every compile mode, eager vs
 #      inductor vs CUDA-graph results, the engine against collect() on CUDA, and every other gpu-marked test;
-#   2. a short training run with --compile cudagraphs through the trainer (CLI, checkpoints, evaluation);
+#   2. short training runs with --compile cudagraphs through the trainer (CLI, checkpoints, evaluation): PPO on
+#      CartPole-v1, SAC on Pendulum-v1 (a step budget: exit 0 once spent);
 #   3. rl-gpu bench on CartPole-v1 at N=65536 (and 4096): eager vs compiled vs graph-captured, env-only,
-#      env + inference, full training.
+#      env + inference, full training;
+#   4. SAC and TD3 iterations (one vector step + 4 updates of batch 4096) at N=1024 and 4096 Pendulum-v1
+#      environments, eager vs compiled vs one CUDA graph per iteration (benchmarks/gpu_check_offpolicy.py).
 # Results go to $OUT (default artifacts/gpu_check); the exit status is non-zero if any stage failed.
 #
 #   bash benchmarks/gpu_check.sh            # from the repository root, with .venv installed (make test)
@@ -33,12 +36,16 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" \
     | tee -a "$OUT/gpu.txt" || { echo "no usable CUDA device"; exit 2; }
 
-stage pytest_gpu 270 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs
+stage pytest_gpu 330 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs
 stage train_cudagraphs 60 "$PY" -m rl_gpu train --env CartPole-v1 --device cuda --compile cudagraphs \
     --num-envs 4096 --num-steps 16 --max-updates 8 --min-updates 8 --eval-every 4 --eval-episodes 64 \
     --final-eval-episodes 64 --seeds 1 --output "$OUT/train" --overwrite
 stage bench_cartpole 150 "$PY" -m rl_gpu bench --env CartPole-v1 --device cuda --num-envs 4096 65536 \
     --compile off inductor cudagraphs --repeats 5 --output "$OUT/bench_cartpole.json"
+stage train_sac_cudagraphs 90 "$PY" -m rl_gpu train --algo sac --env Pendulum-v1 --device cuda --compile cudagraphs \
+    --num-envs 1024 --num-steps 2 --learning-starts 2048 --batch-size 4096 --total-timesteps 24576 \
+    --eval-every 6 --eval-episodes 64 --final-eval-episodes 64 --seeds 1 --output "$OUT/train_sac" --overwrite
+stage offpolicy 180 "$PY" benchmarks/gpu_check_offpolicy.py --output "$OUT/offpolicy.json"
 # MuJoCo Warp (the mujoco-warp extra, installed in the carried .venv): HalfCheetah and Ant at N=4096 and 16384,
 # graph-captured steps, PPO training steps/s, agreement with the C engine. Skipped when mujoco_warp is absent.
 if "$PY" -c "import mujoco_warp" 2>/dev/null; then

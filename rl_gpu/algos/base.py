@@ -7,10 +7,11 @@ single CUDA graph can cover both and the runner runs exactly the path ``rl-gpu b
 
 How the next algorithms plug in, without touching the runner:
 
-- SAC / TD3: ``iterate`` steps the environments ``num_steps`` times into an on-device replay ring buffer and runs
-  ``updates_per_iteration`` gradient steps on sampled batches (twin Q by ``torch.func`` over stacked critics);
-  ``policy`` is the deterministic / tanh-squashed actor, which is what evaluation and export act with;
-  ``metric_names`` adds ``q_loss``, ``actor_loss``, ``alpha``.
+- SAC / TD3 (:mod:`rl_gpu.algos.sac`, :mod:`rl_gpu.algos.td3`): ``iterate`` steps the environments
+  ``num_steps`` times into an on-device replay ring buffer and runs ``num_steps * updates_per_step`` gradient
+  steps on sampled batches (an ensemble of Q critics evaluated as batched matrix multiplies); ``policy`` is the
+  tanh-squashed actor, whose squashed mean is what evaluation and export act with; ``metric_names`` adds
+  ``q_loss``, ``actor_loss``, ``alpha``, ...
 - MAPPO: the environment's spec carries ``num_agents`` and a ``critic`` observation group; ``iterate`` collects
   ``[T, N, agents]`` and trains a centralised critic on the critic group while ``policy`` (the per-agent actor)
   is evaluated and exported.
@@ -93,6 +94,9 @@ class Algorithm(Protocol):
     ``learning_rate``)."""
     num_steps: int
     """Environment steps per iteration."""
+    resume_notes: tuple[str, ...]
+    """What the run's log should say after :meth:`load_state_dict` (state a checkpoint left out, so that the
+    resume is not exact); empty when the resume is exact."""
 
     @property
     def policy(self) -> nn.Module:

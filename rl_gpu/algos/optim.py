@@ -10,15 +10,16 @@ from torch import Tensor
 from rl_gpu.runtime.distributed import all_reduce_grads_
 
 
-def make_adam(params, learning_rate: Tensor, device: torch.device) -> torch.optim.Adam:
-    """PPO's Adam (eps 1e-5) with the learning rate as a device tensor (updated in place, never re-traced):
-    ``capturable`` on CUDA (its step counters live on the device, so it can be captured in a CUDA graph and
-    never reads back to the host), fused on CPU (much faster than the per-tensor loop for small networks)."""
+def make_adam(params, learning_rate: Tensor, device: torch.device, eps: float = 1e-5) -> torch.optim.Adam:
+    """Adam (``eps`` 1e-5 by default, PPO's) with the learning rate as a device tensor (updated in place, never
+    re-traced): ``capturable`` on CUDA (its step counters live on the device, so it can be captured in a CUDA
+    graph and never reads back to the host), fused on CPU (much faster than the per-tensor loop for small
+    networks)."""
     if device.type == "cuda":
-        return torch.optim.Adam(params, lr=learning_rate, eps=1e-5, capturable=True, foreach=True)
+        return torch.optim.Adam(params, lr=learning_rate, eps=eps, capturable=True, foreach=True)
     if device.type == "cpu":
-        return torch.optim.Adam(params, lr=learning_rate, eps=1e-5, fused=True)
-    return torch.optim.Adam(params, lr=float(learning_rate), eps=1e-5)
+        return torch.optim.Adam(params, lr=learning_rate, eps=eps, fused=True)
+    return torch.optim.Adam(params, lr=float(learning_rate), eps=eps)
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer, device: torch.device) -> list[Tensor]:

@@ -4,9 +4,11 @@ Command-line flags override them."""
 from __future__ import annotations
 
 from rl_gpu.algos.ppo.config import PPOConfig
+from rl_gpu.algos.sac.config import SACConfig
+from rl_gpu.algos.td3.config import TD3Config
 from rl_gpu.training.config import DEFAULT_ENV, TrainConfig
 
-__all__ = ["DEFAULT_ENV", "GYMNASIUM_DEFAULTS", "PRESETS", "preset_config"]
+__all__ = ["DEFAULT_ENV", "GYMNASIUM_DEFAULTS", "OFF_POLICY_PRESETS", "PRESETS", "preset_config"]
 
 _CLASSIC = {
     "num_steps": 128,
@@ -118,13 +120,78 @@ GYMNASIUM_DEFAULTS: dict = {**_CLASSIC, "num_envs": 16}
 the host, so a small batch (the global defaults are the roulette game's 4096 rows and 24,576 final episodes)."""
 
 
-def preset_config(env_id: str) -> TrainConfig:
-    """The default configuration for ``env_id`` (the global defaults for an id without a preset).
+_OFF_POLICY = {
+    # SAC and TD3: iterations of 16 vector steps of 16 environments, each followed by 16 updates of 256
+    # transitions (one update per 16 transitions), two 256-wide hidden layers, no learning-rate decay.
+    "num_envs": 16,
+    "num_steps": 16,
+    "learning_rate": 1e-3,
+    "anneal_lr": False,
+    "hidden_sizes": (256, 256),
+    "normalize_obs": False,
+    "min_updates": 1,
+    "max_updates": 100_000,
+    "eval_every": 25,
+    "eval_episodes": 16,
+    "final_eval_episodes": 100,
+    "consecutive_passes": 2,
+    "checkpoint_every": 100,
+    "deterministic_eval": True,
+}
+_TASK_KEYS = ("solve_threshold", "total_timesteps", "eval_episodes", "final_eval_episodes", "consecutive_passes",
+              "deterministic_eval")
+"""What an environment's (PPO) preset says about the task itself, which SAC and TD3 keep: its goal, budget and
+evaluation."""
+
+OFF_POLICY_PRESETS: dict[str, dict[str, dict]] = {
+    "Pendulum-v1": {
+        # A small task that needs few samples: 4 environments, two updates per transition after 500 random ones,
+        # 64-wide networks (cheap updates; the task needs no more).
+        "sac": {"num_envs": 4, "num_steps": 16, "hidden_sizes": (64, 64), "eval_every": 8, "max_updates": 2000,
+                "sac": {"learning_starts": 500, "updates_per_step": 8.0}},
+        "td3": {"num_envs": 4, "num_steps": 16, "hidden_sizes": (64, 64), "eval_every": 8, "max_updates": 2000,
+                "td3": {"learning_starts": 500, "updates_per_step": 8.0}},
+    },
+    "MountainCarContinuous-v0": {
+        # The reward needs a sustained push up the hill, which noise drawn afresh each step never gives (the
+        # policy settles on standing still): exploration noise correlated over time (0.95 from one step to the
+        # next), normalised observations, one update per two transitions.
+        "sac": {"num_envs": 8, "num_steps": 32, "hidden_sizes": (64, 64), "normalize_obs": True, "eval_every": 20,
+                "max_updates": 1000,
+                "sac": {"learning_starts": 5000, "updates_per_step": 4.0, "noise_correlation": 0.95}},
+        "td3": {"num_envs": 8, "num_steps": 32, "hidden_sizes": (64, 64), "normalize_obs": True, "eval_every": 20,
+                "max_updates": 1000,
+                "td3": {"learning_starts": 5000, "updates_per_step": 4.0, "noise_correlation": 0.95,
+                        "exploration_noise": 0.5}},
+    },
+    **{env_id: {algo: {"num_envs": 4, "num_steps": 64, "learning_rate": 3e-4, "total_timesteps": 300_000,
+                       "eval_every": 50, algo: {"learning_starts": 5000, "updates_per_step": 4.0}}
+                for algo in ("sac", "td3")}
+       for env_id in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5")},
+}
+"""Per-(environment, algorithm) defaults of SAC and TD3, over :data:`_OFF_POLICY` and the task keys of the
+environment's preset; command-line flags override them."""
+
+OFF_POLICY_CONFIGS = {"sac": SACConfig, "td3": TD3Config}
+
+
+def preset_config(env_id: str, algo: str = "ppo") -> TrainConfig:
+    """The default configuration for ``env_id`` trained by ``algo`` (the global defaults for an id without a
+    preset).
 
     ``gym:X`` takes ``X``'s preset when there is one: the same task, stepped by Gymnasium on the host; other
-    ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`.
+    ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`. SAC and TD3 take the task keys of the environment's preset
+    (goal, budget, evaluation) under their own settings (:data:`OFF_POLICY_PRESETS`); an unknown ``algo`` is a
+    ``ValueError``.
     """
     fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else {}
     preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), fallback)))
-    ppo = PPOConfig(**preset.pop("ppo", {}))
-    return TrainConfig(env=env_id, ppo=ppo, **preset)
+    if algo == "ppo":
+        ppo = PPOConfig(**preset.pop("ppo", {}))
+        return TrainConfig(env=env_id, ppo=ppo, **preset)
+    if algo not in OFF_POLICY_CONFIGS:
+        raise ValueError(f"unknown algorithm {algo!r}; known: ppo, {', '.join(OFF_POLICY_CONFIGS)}")
+    own = OFF_POLICY_PRESETS.get(env_id, OFF_POLICY_PRESETS.get(env_id.removeprefix("gym:"), {})).get(algo, {})
+    merged = {**_OFF_POLICY, **{k: preset[k] for k in _TASK_KEYS if k in preset}, **own}
+    section = OFF_POLICY_CONFIGS[algo](**merged.pop(algo, {}))
+    return TrainConfig(env=env_id, algo=algo, **{algo: section}, **merged)

@@ -12,16 +12,27 @@ a ``--config`` key that would change any but the few listed in ``--resume``'s he
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import signal
 import sys
+import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import Annotated
+
+import tyro
 
 from rl_gpu.cli.parsing import fail, parse, quiet_broken_pipe, version_text
 from rl_gpu.cli.presets import preset_config
 from rl_gpu.core.errors import UsageError
-from rl_gpu.training.config import DEFAULT_ENV, RESUMABLE_CHANGES, TrainConfig, config_from_dict
+from rl_gpu.training.config import (
+    ALGORITHM_SECTIONS,
+    DEFAULT_ENV,
+    RESUMABLE_CHANGES,
+    TrainConfig,
+    config_from_dict,
+)
 
 PROG = "rl-gpu train"
 
@@ -41,13 +52,13 @@ def _given(args: Sequence[str]) -> list[str]:
     return [arg.split("=", 1)[0] for arg in args if arg.startswith("--") and arg != "--"]
 
 
-PRE_READ = ("--resume", "--config", "--env")
+PRE_READ = ("--resume", "--config", "--env", "--algo")
 """Flags read before parsing (they choose the defaults the other flags override)."""
 
 
 def _check_repeats(args: Sequence[str]) -> None:
-    """``--resume``, ``--config`` or ``--env`` given twice is refused: which run, file or preset was meant is
-    ambiguous. (Other flags follow the usual rule: the last one given wins.)"""
+    """``--resume``, ``--config``, ``--env`` or ``--algo`` given twice is refused: which run, file, preset or
+    flags were meant is ambiguous. (Other flags follow the usual rule: the last one given wins.)"""
     names = _given(args)
     twice = [flag for flag in PRE_READ if names.count(flag) > 1]
     if twice:
@@ -93,9 +104,11 @@ def _file_data(path: Path) -> tuple[dict, TrainConfig]:
 def _overlay(saved: TrainConfig, data: dict, file_config: TrainConfig) -> TrainConfig:
     """``saved`` with the settings a ``--config`` file names explicitly (its other keys do not count)."""
     values = {k: getattr(file_config, k) for k in data if k in {f.name for f in dataclasses.fields(TrainConfig)}
-              and k not in ("ppo", "overwrite")}
-    if isinstance(data.get("ppo"), dict):
-        values["ppo"] = dataclasses.replace(saved.ppo, **{k: getattr(file_config.ppo, k) for k in data["ppo"]})
+              and k not in (*ALGORITHM_SECTIONS, "overwrite")}
+    for section in ALGORITHM_SECTIONS:
+        if isinstance(data.get(section), dict):
+            named = {k: getattr(getattr(file_config, section), k) for k in data[section]}
+            values[section] = dataclasses.replace(getattr(saved, section), **named)
     return dataclasses.replace(saved, **values)
 
 
@@ -123,7 +136,35 @@ def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:
         return file_config, None, f"the settings of {config_path}"
     env_id = _flag_value(args, "--env") or DEFAULT_ENV
     _check_env(env_id)
-    return preset_config(env_id), None, f"{env_id}'s preset"
+    algo = _flag_value(args, "--algo") or "ppo"
+    if algo not in ALGORITHM_SECTIONS:
+        algo = "ppo"  # the parser refuses the value, naming the choices
+    return preset_config(env_id, algo), None, f"{env_id}'s preset for {algo}"
+
+
+@functools.cache
+def flags_of(algo: str) -> type:
+    """:class:`TrainConfig` as the parser sees it when training with ``algo``: the other algorithms' sections
+    are hidden, so each algorithm's flags keep their plain names (``--gamma`` is the chosen algorithm's) and
+    ``--help`` lists only the chosen one's."""
+    hints = typing.get_type_hints(TrainConfig)
+    hidden = [(name, Annotated[hints[name], tyro.conf.Suppress], dataclasses.field(default_factory=hints[name]))
+              for name in ALGORITHM_SECTIONS if name != algo]
+    return dataclasses.make_dataclass(f"TrainConfig_{algo}", hidden, bases=(TrainConfig,), frozen=True)
+
+
+def _parse(args: list[str], default: TrainConfig, description: str) -> TrainConfig:
+    """Parse ``args`` over ``default`` with the flags of the algorithm ``--algo`` names (else the default's)."""
+    algo = _flag_value(args, "--algo")
+    if algo not in ALGORITHM_SECTIONS:
+        algo = default.algo  # an unknown name is the parser's to refuse
+    view = flags_of(algo)
+    parsed = parse(view, PROG, args, default=view(**_values(default)), description=description)
+    return TrainConfig(**_values(parsed))
+
+
+def _values(config: TrainConfig) -> dict:
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(TrainConfig)}
 
 
 def _clip_min_updates(args: list[str], default: TrainConfig) -> TrainConfig:
@@ -184,8 +225,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, CheckpointError) as e:
         fail(PROG, str(e))
     description = (f"{TrainConfig.__doc__}\n\nThe defaults shown are {source}; "
-                   f"`{PROG} --env ID --help` shows an environment's preset.")
-    config = parse(TrainConfig, PROG, args, default=default, description=description)
+                   f"`{PROG} --env ID --help` shows an environment's preset (`--algo ALGO` too: its preset for "
+                   "that algorithm).")
+    config = _parse(args, default, description)
     try:
         if saved is not None:
             changed = [f.name for f in dataclasses.fields(TrainConfig)

@@ -9,7 +9,9 @@ run it:
   an optional argument.
 - output: ``action``, ``[N]`` int64 (the most probable legal action) or ``[N, D]`` float32 (the Gaussian's
   mean: unclipped, as the training environments received it (they clip to their bounds), or clamped to
-  ``[action_low, action_high]`` inside the model when bounds are given).
+  ``[action_low, action_high]`` inside the model when bounds are given; for SAC's and TD3's actors
+  (:mod:`rl_gpu.nn.squashed`) the squashed mean ``bias + scale * tanh(mean)``, inside the bounds by
+  construction).
 
 Observation normalisation is part of the model: ``(obs - mean) * rsqrt(var + eps)`` clipped to ``±clip``, with
 the checkpoint's running statistics as constants, computed with the same float64-to-float32 casts as
@@ -34,6 +36,7 @@ from torch import Tensor, nn
 
 from rl_gpu.nn.actor_critic import ActorCritic, GaussianActorCritic
 from rl_gpu.nn.layers import MLP, Tanh
+from rl_gpu.nn.squashed import SquashedActor
 from rl_gpu.runtime.files import atomic_write_bytes, check_writable
 
 FORMATS = ("onnx", "torchscript")
@@ -63,9 +66,10 @@ class ExportError(ValueError):
 class DeterministicPolicy(nn.Module):
     """``obs [N, O]`` (and an optional ``action_mask [N, A]``) -> deterministic action, self-contained.
 
-    Built from copies of an :class:`~rl_gpu.nn.actor_critic.ActorCritic` or
-    :class:`~rl_gpu.nn.actor_critic.GaussianActorCritic` on the CPU in float32; the policy given is neither
-    moved nor modified. ``action_low`` / ``action_high`` (``D`` values each, continuous policies only, both or
+    Built from copies of an :class:`~rl_gpu.nn.actor_critic.ActorCritic`,
+    :class:`~rl_gpu.nn.actor_critic.GaussianActorCritic` or off-policy actor
+    (:class:`~rl_gpu.nn.squashed.SquashedActor`) on the CPU in float32; the policy given is neither moved nor
+    modified. ``action_low`` / ``action_high`` (``D`` values each, continuous policies only, both or
     neither) clamp the action to the environment's bounds inside the model, so a deployment needs no clipping
     of its own.
     """
@@ -73,7 +77,7 @@ class DeterministicPolicy(nn.Module):
     def __init__(self, policy: nn.Module, action_low: Sequence[float] | Tensor | None = None,
                  action_high: Sequence[float] | Tensor | None = None) -> None:
         super().__init__()
-        if not isinstance(policy, (ActorCritic, GaussianActorCritic)):
+        if not isinstance(policy, (ActorCritic, GaussianActorCritic, SquashedActor)):
             raise ExportError(
                 f"cannot export a {type(policy).__name__}: expected an rl_gpu actor-critic policy"
             )
@@ -83,6 +87,12 @@ class DeterministicPolicy(nn.Module):
         self.obs_dim = int(policy.obs_dim)
         self.num_actions = int(policy.num_actions) if self.discrete else 0
         self.action_dim = 0 if self.discrete else int(policy.action_dim)
+        # Off-policy actors: the first D outputs are the pre-squash mean, mapped into the bounds by tanh.
+        self.squash = isinstance(policy, SquashedActor)
+        squash_scale, squash_bias = ((policy.action_scale, policy.action_bias) if self.squash
+                                     else (torch.zeros(0), torch.zeros(0)))
+        self.register_buffer("squash_scale", squash_scale.detach().cpu().float().clone())
+        self.register_buffer("squash_bias", squash_bias.detach().cpu().float().clone())
         rms = policy.obs_rms
         self.normalize = rms is not None and float(rms.count) > 0
         if self.normalize:
@@ -125,6 +135,8 @@ class DeterministicPolicy(nn.Module):
         if self.normalize:
             x = ((x - self.obs_mean) * self.obs_scale).clamp(-self.clip, self.clip)
         out = self.actor(x)
+        if self.squash:
+            out = self.squash_bias + self.squash_scale * torch.tanh(out[:, : self.action_dim])
         if not self.discrete:
             if self.clip_actions:
                 # max/min rather than clamp with tensor bounds: ONNX's Clip takes scalar bounds only.
@@ -141,9 +153,12 @@ class DeterministicPolicy(nn.Module):
             info["action_mask"] = ["N", self.num_actions, "bool", "optional, default all legal"]
             info["action"] = ["N", "int64"]
         elif self.clip_actions:
-            info["action"] = ["N", self.action_dim, "float32", "Gaussian mean, clipped to the action bounds"]
+            mean = "squashed mean" if self.squash else "Gaussian mean"
+            info["action"] = ["N", self.action_dim, "float32", f"{mean}, clipped to the action bounds"]
             info["action_low"] = self.action_low.tolist()
             info["action_high"] = self.action_high.tolist()
+        elif self.squash:
+            info["action"] = ["N", self.action_dim, "float32", "squashed mean, inside the action bounds"]
         else:
             info["action"] = ["N", self.action_dim, "float32", "Gaussian mean, unclipped"]
         return info

@@ -20,24 +20,34 @@ from torch import Tensor, nn
 from rl_gpu.nn.actor_critic import build_policy
 from rl_gpu.runtime.checkpoint import CheckpointError, load_checkpoint, policy_part
 
+_SQUASHED_KEYS = {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize_obs": bool,
+                  "action_low": "bounds", "action_high": "bounds"}
 POLICY_KEYS = {
     "categorical": {"obs_dim": int, "num_actions": int, "hidden_sizes": list, "normalize_obs": bool,
                     "critic_obs_dim": int},
     "gaussian": {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize_obs": bool,
                  "init_log_std": float, "critic_obs_dim": int},
+    "squashed_gaussian": _SQUASHED_KEYS,
+    "deterministic": {**_SQUASHED_KEYS, "exploration_noise": float},
 }
-REQUIRED_KEYS = {"categorical": ("obs_dim", "num_actions"), "gaussian": ("obs_dim", "action_dim")}
+REQUIRED_KEYS = {"categorical": ("obs_dim", "num_actions"), "gaussian": ("obs_dim", "action_dim"),
+                 "squashed_gaussian": ("obs_dim", "action_dim", "action_low", "action_high"),
+                 "deterministic": ("obs_dim", "action_dim", "action_low", "action_high")}
 
 
 def _unusable(path: Path, why: str) -> CheckpointError:
     return CheckpointError(f"{path}: checkpoint does not hold a usable policy ({why})")
 
 
+def _finite_number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def _checked_config(config: dict, path: Path, num_tensors: int) -> dict:
     """``policy_config`` with its kind, keys and value types checked (sizes: against the weights)."""
     kind = config.get("kind")
     if not isinstance(kind, str) or kind not in POLICY_KEYS:
-        raise _unusable(path, f"unknown policy kind {kind!r}; known: 'categorical', 'gaussian'")
+        raise _unusable(path, f"unknown policy kind {kind!r}; known: {', '.join(map(repr, POLICY_KEYS))}")
     allowed = POLICY_KEYS[kind]
     unknown = sorted(set(config) - set(allowed) - {"kind"})
     if unknown:
@@ -51,9 +61,11 @@ def _checked_config(config: dict, path: Path, num_tensors: int) -> dict:
             raise _unusable(path, f"policy_config {key} is {value!r}, expected a positive integer")
         if expected is bool and not isinstance(value, bool):
             raise _unusable(path, f"policy_config {key} is {value!r}, expected true or false")
-        if expected is float and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value)):
+        if expected is float and not _finite_number(value):
             raise _unusable(path, f"policy_config {key} is {value!r}, expected a finite number")
+        if expected == "bounds" and (not isinstance(value, (list, tuple)) or len(value) > 4096
+                                     or not all(_finite_number(v) for v in value)):
+            raise _unusable(path, f"policy_config {key} is {str(value)[:80]}, expected a list of finite numbers")
     hidden = config.get("hidden_sizes", [64, 64])
     # Each hidden layer holds a weight and a bias in the actor and in the critic: more layers than the stored
     # tensors could fill is a mismatch, found before building anything.

@@ -28,6 +28,7 @@ from rl_gpu.core.types import EnvSpec, PolicyOutput
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.layers import mlp
 from rl_gpu.nn.normalization import RunningMeanStd
+from rl_gpu.nn.squashed import DeterministicActor, SquashedGaussianActor
 
 
 class _ActorCriticBase(nn.Module):
@@ -227,6 +228,10 @@ class GaussianActorCritic(_ActorCriticBase):
                 "normalize_obs": self.normalize_obs, **self._config_extra()}
 
 
+SQUASHED_KINDS = {"squashed_gaussian": SquashedGaussianActor, "deterministic": DeterministicActor}
+"""Policy kinds of the off-policy actors (:mod:`rl_gpu.nn.squashed`) -> their classes."""
+
+
 def build_policy(config: dict) -> nn.Module:
     """Rebuild a policy from its :meth:`config` dictionary (as stored in checkpoints)."""
     kind = config.get("kind")
@@ -235,7 +240,10 @@ def build_policy(config: dict) -> nn.Module:
         return ActorCritic(**kwargs)
     if kind == "gaussian":
         return GaussianActorCritic(**kwargs)
-    raise ValueError(f"unknown policy kind {kind!r}; known: 'categorical', 'gaussian'")
+    if kind in SQUASHED_KINDS:
+        return SQUASHED_KINDS[kind](**kwargs)
+    raise ValueError(f"unknown policy kind {kind!r}; known: 'categorical', 'gaussian', "
+                     f"{', '.join(map(repr, SQUASHED_KINDS))}")
 
 
 def policy_for_env(

@@ -1,4 +1,5 @@
-"""Action distributions as pure tensor functions: masked categorical and squashed-free diagonal Gaussian.
+"""Action distributions as pure tensor functions: masked categorical, diagonal Gaussian, and the tanh-squashed
+Gaussian of SAC.
 
 Shape legend: N = batch rows, A = discrete actions, D = continuous action dimensions.
 Argument validation of ``torch.distributions`` is avoided on purpose: it synchronises with the host.
@@ -121,3 +122,30 @@ def gaussian_entropy(log_std: Tensor, batch_shape: torch.Size) -> Tensor:
     """``batch_shape`` entropy of a diagonal Gaussian: ``sum_d (log_std_d + 0.5 log(2 pi e))``."""
     per_dim = log_std + 0.5 + _LOG_SQRT_2PI
     return per_dim.sum(-1).expand(batch_shape)
+
+
+_LOG_2 = math.log(2.0)
+
+
+def log1m_tanh_sq(u: Tensor) -> Tensor:
+    """``log(1 - tanh(u)^2)`` computed from ``u`` as ``2 (log 2 - u - softplus(-2u))``: finite for every finite
+    ``u``, where the direct form is ``log(0) = -inf`` once ``tanh(u)`` rounds to 1 (``|u|`` above about 9)."""
+    return 2.0 * (_LOG_2 - u - torch.nn.functional.softplus(-2.0 * u))
+
+
+def squashed_gaussian_sample(mean: Tensor, log_std: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+    """``(y [N, D], log_prob [N])``: ``y = tanh(u)`` with ``u = mean + exp(log_std) * noise`` (``noise`` ``[N, D]``
+    standard normal), and the log-density of ``y`` on ``(-1, 1)^D`` by the change of variables
+    ``log p(y) = log N(u; mean, std) - sum_d log(1 - tanh(u_d)^2)``.
+
+    The density is that of the normalised action ``y``; an action mapped to the bounds ``bias + scale * y``
+    has the density ``log p(y) - sum_d log scale_d`` (a constant, which only shifts an entropy target).
+    """
+    u = mean + log_std.exp() * noise
+    return torch.tanh(u), squashed_gaussian_log_prob(mean, log_std, u)
+
+
+def squashed_gaussian_log_prob(mean: Tensor, log_std: Tensor, u: Tensor) -> Tensor:
+    """``[N]`` log-density of ``y = tanh(u)`` (``u`` ``[N, D]``, the pre-squash sample) under the tanh-squashed
+    Gaussian of ``mean`` and ``log_std`` (see :func:`squashed_gaussian_sample`)."""
+    return gaussian_log_prob(mean, log_std, u) - log1m_tanh_sq(u).sum(-1)

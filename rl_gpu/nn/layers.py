@@ -88,3 +88,15 @@ def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, out_gain: floa
         size = hidden
     layers.append(layer_init(nn.Linear(size, out_size), gain=out_gain))
     return MLP(*layers)
+
+
+def relu_mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int) -> MLP:
+    """ReLU MLP with PyTorch's default ``nn.Linear`` initialisation: the networks of off-policy actors, as
+    SAC's and TD3's reference implementations build them."""
+    layers: list[nn.Module] = []
+    size = in_size
+    for hidden in hidden_sizes:
+        layers += [nn.Linear(size, hidden), nn.ReLU()]
+        size = hidden
+    layers.append(nn.Linear(size, out_size))
+    return MLP(*layers)

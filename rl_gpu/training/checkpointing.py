@@ -47,6 +47,8 @@ class CheckpointMixin:
         if not self.env.spec.exact_resume:
             self.log(f"[seed {self.seed}] note: {self.config.env} keeps its state outside tensors; the "
                      "environments restart with a fresh reset, so this resume is not bit-exact")
+        for note in self.algo.resume_notes:
+            self.log(f"[seed {self.seed}] note: {note}")
         torch.set_rng_state(state["torch_rng"].cpu())
         if torch.cuda.is_available() and state["cuda_rng"]:
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Literal
 
 from rl_gpu.algos.ppo.config import PPOConfig
+from rl_gpu.algos.sac.config import SACConfig
+from rl_gpu.algos.td3.config import TD3Config
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.device import check_threads
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name, from_dict
@@ -33,6 +35,9 @@ MAX_TIMESTEPS = 10**15
 MAX_SEED = 2**63 - 1
 """Seeds are stored as signed 64-bit integers by the tools that read the run files."""
 
+ALGORITHM_SECTIONS = ("ppo", "sac", "td3")
+"""The sections of :class:`TrainConfig` that hold one algorithm's hyper-parameters each (named as ``algo``)."""
+
 SAVED_EXTRA_KEYS = frozenset({"seed", "num_steps_resolved", "run_environment"})
 """Keys a run's config.json records besides the settings; reading it back accepts exactly these."""
 
@@ -43,8 +48,10 @@ class TrainConfig:
 
     env: str = DEFAULT_ENV
     """environment id; an unknown id is refused with the list of known ones"""
-    algo: Literal["ppo"] = "ppo"
-    """algorithm; its hyper-parameters are the flags of its own section (PPO: --gamma, --clip-coef, ...)"""
+    algo: Literal["ppo", "sac", "td3"] = "ppo"
+    """algorithm; its hyper-parameters are the flags of its own section (PPO: --gamma, --clip-coef, ...; SAC and
+    TD3: --gamma, --tau, --buffer-size, ...), which `--algo ALGO --help` lists; presets are per environment and
+    algorithm"""
     output: Path = Path("artifacts/run")
     """output directory; each seed writes OUTPUT/seed-N/"""
     seeds: tuple[int, ...] = (11,)
@@ -52,17 +59,18 @@ class TrainConfig:
     num_envs: int = 4096
     """N, environments stepped together"""
     num_steps: int | None = None
-    """T, steps per rollout, at most 1,000,000; None: the longest game for turn-based games, else 128"""
+    """T, steps per rollout (SAC, TD3: vector steps per iteration, each followed by its updates), at most
+    1,000,000; None: the longest game for turn-based games, else 128 (SAC, TD3: 1)"""
     learning_rate: float = 1e-3
     """Adam learning rate"""
     anneal_lr: bool = False
     """decay the learning rate linearly to 0 over --max-updates (over --total-timesteps when given)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
-    """hidden layer widths of the actor and of the critic"""
+    """hidden layer widths of the actor and of the critic (of each critic, for SAC and TD3)"""
     normalize_obs: bool = False
     """normalise observations by running mean and variance (statistics saved with the policy)"""
     init_log_std: float = 0.0
-    """continuous actions: initial log standard deviation of the Gaussian policy"""
+    """continuous actions: initial log standard deviation of PPO's Gaussian policy"""
     min_updates: int = 150
     """no success is declared before this many updates (a preset's value above a given --max-updates is lowered
     to it, with a note; both given with --min-updates above --max-updates is refused)"""
@@ -95,9 +103,10 @@ class TrainConfig:
     """torch intra-op CPU threads, from 1 to 4 x the CPU count (1: on small machines more threads stalled
     whenever another core was busy)"""
     compile: Literal["auto", "off", "inductor", "cudagraphs"] = "auto"
-    """hot loop: off = eager; inductor = torch.compile the rollout step, GAE and minibatch loss (first update
-    pays the compile time); cudagraphs = inductor + each whole iteration (rollout and update) replayed as one
-    CUDA graph (CUDA only); auto = cudagraphs on CUDA, off on CPU (why: benchmarks/README.md)"""
+    """hot loop: off = eager; inductor = torch.compile the rollout step, GAE and minibatch loss (SAC, TD3: the
+    collection step and the update's loss; first update pays the compile time); cudagraphs = inductor + each
+    whole iteration (rollout and update) replayed as one CUDA graph (CUDA only); auto = cudagraphs on CUDA, off
+    on CPU (why: benchmarks/README.md)"""
     overwrite: bool = False
     """replace an existing run directory instead of refusing (never saved: a repeated run refuses again)"""
     config: Path | None = None
@@ -116,6 +125,10 @@ class TrainConfig:
     """plain progress lines instead of the live view (also when stdout is not a terminal)"""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyper-parameters (flags without a prefix: --gamma, --clip-coef, ...)"""
+    sac: SACConfig = field(default_factory=SACConfig)
+    """SAC hyper-parameters (flags without a prefix: --gamma, --tau, --buffer-size, ...)"""
+    td3: TD3Config = field(default_factory=TD3Config)
+    """TD3 hyper-parameters (flags without a prefix: --gamma, --tau, --policy-noise, ...)"""
 
     def __post_init__(self) -> None:
         # Obvious spellings from Python code: a list for a tuple, a string for a path.

@@ -3,13 +3,15 @@
 A huge ``--num-envs`` or ``--hidden-sizes`` would otherwise be found out by the allocator (a crash, or the
 machine swapping for minutes). The estimate counts the big buffers only, in float32 elements:
 
-- rollout storage: ``N * T * (obs + 12)`` (observations plus ~12 scalars per slot: action, log-prob, value,
-  reward, done flags, advantages, returns, masks);
+- the algorithm's storage, which its configuration counts (``storage_elements``): PPO's rollout storage
+  ``N * T * (obs + 12)`` (observations plus ~12 scalars per slot: action, log-prob, value, reward, done flags,
+  advantages, returns, masks) and the activations of one minibatch kept for the backward pass
+  (``rows / minibatches * sum(hidden) * 2 nets * 2``); SAC's and TD3's replay buffer, one iteration's
+  transitions and one batch's activations;
 - the environments' own state: ``N * (obs + 12)``;
 - network parameters: for the actor and the critic, ``sum(w_i * w_{i+1} + w_{i+1})`` over their layer widths
   ``[obs, *hidden, out]``, times 6 copies (weights, gradients, Adam's two moments, the frozen initial policy,
-  best.pt's template);
-- activations of one minibatch, kept for the backward pass: ``rows / minibatches * sum(hidden) * 2 nets * 2``.
+  best.pt's template).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from rl_gpu.training.config import TrainConfig
 BYTES_PER_ELEMENT = 4
 PARAM_COPIES = 6
 SLOT_SCALARS = 12
-DEFAULT_NUM_STEPS = 128
+DEFAULT_NUM_STEPS = {"ppo": 128, "sac": 1, "td3": 1}
 """T when --num-steps is not given and the task is not turn-based (the algorithm's default)."""
 
 
@@ -38,7 +40,7 @@ def _num_steps(config: TrainConfig, spec: EnvSpec) -> int:
         return config.num_steps
     if spec.num_players > 1 and spec.episode_horizon is not None:
         return int(spec.episode_horizon)
-    return DEFAULT_NUM_STEPS
+    return DEFAULT_NUM_STEPS.get(config.algo, 1)
 
 
 def estimate_bytes(config: TrainConfig, spec: EnvSpec) -> int:
@@ -47,12 +49,10 @@ def estimate_bytes(config: TrainConfig, spec: EnvSpec) -> int:
     num_steps = _num_steps(config, spec)
     obs, hidden = spec.obs_size, list(config.hidden_sizes)
     out = max(spec.action_size, 1)
-    rows = config.num_envs * num_steps
-    storage = rows * (obs + SLOT_SCALARS) + config.num_envs * (obs + SLOT_SCALARS)
+    storage = config.algo_config().storage_elements(config.num_envs, num_steps, obs, out, tuple(hidden))
+    env_state = config.num_envs * (obs + SLOT_SCALARS)
     params = _layer_elements([obs, *hidden, out]) + _layer_elements([obs, *hidden, 1])
-    minibatch = max(rows // config.algo_config().num_minibatches, 1)
-    activations = minibatch * sum(hidden) * 2 * 2
-    return (storage + PARAM_COPIES * params + activations) * BYTES_PER_ELEMENT
+    return (storage + env_state + PARAM_COPIES * params) * BYTES_PER_ELEMENT
 
 
 def available_bytes(device: torch.device) -> int:
@@ -78,6 +78,11 @@ def check_memory(config: TrainConfig, spec: EnvSpec, device: torch.device) -> No
         what = "free on" if device.type == "cuda" else "of memory on"
         raise UsageError(
             f"--num-envs {config.num_envs:,} x --num-steps {_num_steps(config, spec):,} with --hidden-sizes "
-            f"{' '.join(str(h) for h in config.hidden_sizes)} needs about {_gib(need)} (rollout storage, "
-            f"networks, optimiser state), more than the {_gib(have)} {what} this machine's {device}; "
-            "lower --num-envs, --num-steps or --hidden-sizes")
+            f"{' '.join(str(h) for h in config.hidden_sizes)}{_buffer(config)} needs about {_gib(need)} "
+            f"({'rollout' if config.algo == 'ppo' else 'replay'} storage, networks, optimiser state), more than "
+            f"the {_gib(have)} {what} this machine's {device}; lower --num-envs, --num-steps"
+            f"{'' if config.algo == 'ppo' else ', --buffer-size'} or --hidden-sizes")
+
+
+def _buffer(config: TrainConfig) -> str:
+    return "" if config.algo == "ppo" else f" and --buffer-size {config.algo_config().buffer_size:,}"

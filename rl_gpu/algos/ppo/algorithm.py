@@ -93,6 +93,7 @@ class PPO:
             self.num_steps = self.default_num_steps(env) if num_steps is None else num_steps
             self.check_setup(env, self.num_steps)
         self.metric_names = (*UPDATE_METRICS, "learning_rate", *COLLECTION_METRICS)
+        self.resume_notes: tuple[str, ...] = ()
         self.last_rollout: Rollout | None = None
         """The rollout the last :meth:`iterate` learned from (storage reused by the next call)."""
 

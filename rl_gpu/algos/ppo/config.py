@@ -44,6 +44,15 @@ class PPOConfig:
     """stop the update's remaining epochs once the approximate KL exceeds this, checked on the device once
     per epoch; None: never"""
 
+    def storage_elements(self, num_envs: int, num_steps: int, obs_size: int, action_size: int,
+                         hidden_sizes: tuple[int, ...]) -> int:
+        """float32 elements of the big buffers besides the parameters: the rollout storage (observations plus
+        about 12 scalars per slot: action, log-prob, value, reward, done flags, advantages, returns, masks) and
+        the activations of one minibatch kept for the backward pass (two networks)."""
+        rows = num_envs * num_steps
+        activations = max(rows // self.num_minibatches, 1) * sum(hidden_sizes) * 2 * 2
+        return rows * (obs_size + 12) + activations
+
     def __post_init__(self) -> None:
         # Types first (ints not bools, floats finite: nan and inf are refused), so the ranges below compare
         # numbers.
