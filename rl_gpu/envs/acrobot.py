@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from rl_gpu.envs.base import TensorEnv
+from rl_gpu.envs.base import TensorEnv, stack_float32
 
 
 @dataclass(frozen=True)
@@ -172,4 +172,4 @@ class AcrobotEnv(TensorEnv[AcrobotState]):
 
     def _observe(self, s: AcrobotState) -> Tensor:
         angles = (torch.cos(s.theta1), torch.sin(s.theta1), torch.cos(s.theta2), torch.sin(s.theta2))
-        return torch.stack((*angles, s.dtheta1, s.dtheta2), dim=1).float()
+        return stack_float32((*angles, s.dtheta1, s.dtheta2))

@@ -73,6 +73,37 @@ def check_action_format(
         raise ValueError(f"action is on {action.device}, the environments are on {device}")
 
 
+def stack_float32(columns: tuple[Tensor, ...]) -> Tensor:
+    """``torch.stack(columns, dim=1).float()``: the ``[N, C]`` float32 observation from C ``[N]`` columns.
+
+    Eagerly, each column is copied (rounded as ``.float()`` rounds) straight into its place: the stack
+    interleaves one element at a time, which at large N costs more than C strided copies, then casts in a
+    second pass. Compiled code keeps the plain form (Inductor fuses it)."""
+    if torch.compiler.is_compiling():
+        return torch.stack(columns, dim=1).float()
+    first = columns[0]
+    out = torch.empty(first.shape[0], len(columns), dtype=torch.float32, device=first.device)
+    for column, x in zip(out.unbind(1), columns):
+        column.copy_(x)
+    return out
+
+
+def select_rows(condition: Tensor, if_true: Inner, if_false: Inner) -> Inner:
+    """:func:`~rl_gpu.core.pytree.tree_where` of two inner states (``condition`` ``[N]`` bool), without its
+    per-node walk when the state is a flat tuple of ``[N, ...]`` tensors: one ``where`` per field and one
+    reshaped condition per field rank (an eager step is mostly fixed per-operation cost)."""
+    if not isinstance(if_false, tuple) or not all(isinstance(x, Tensor) for x in if_false):
+        return tree_where(condition, if_true, if_false)
+    conditions = {1: condition}
+    selected = []
+    for a, b in zip(if_true, if_false):
+        c = conditions.get(b.dim())
+        if c is None:
+            c = conditions[b.dim()] = condition.view(condition.shape + (1,) * (b.dim() - 1))
+        selected.append(torch.where(c, a, b))
+    return type(if_false)(*selected)
+
+
 class TensorEnv(abc.ABC, Generic[Inner]):
     """A batch of ``num_envs`` independent environments whose state lives in tensors on ``device``.
 
@@ -255,35 +286,40 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         finish take it. Finished rows of a non-auto-reset batch (``state.done``) do not move.
         """
         next_inner, reward, terminated = self._transition(state.inner, action)
+        limit = self.max_episode_steps
         if self.autoreset:
             # No row is ever frozen (set_state refuses done rows here): nothing to mask.
             episode_step = state.episode_step + 1
-            may_end = ~terminated
+            if limit is None:
+                truncated, done = torch.zeros_like(terminated), terminated
+            else:
+                # Done: terminated or at the limit; truncated: done without terminating.
+                done = terminated | (episode_step >= limit)
+                truncated = done ^ terminated
         else:
             active = ~state.done
-            next_inner = tree_where(active, next_inner, state.inner)
+            next_inner = select_rows(active, next_inner, state.inner)
             reward_active = active if reward.dim() == 1 else active.unsqueeze(-1)
             reward = torch.where(reward_active, reward, torch.zeros_like(reward))
             terminated = terminated & active
             episode_step = state.episode_step + active.long()
-            may_end = active & ~terminated
-        if self.max_episode_steps is None:
-            truncated = torch.zeros_like(terminated)
-        else:
-            truncated = (episode_step >= self.max_episode_steps) & may_end
-        done = terminated | truncated
+            if limit is None:
+                truncated = torch.zeros_like(terminated)
+            else:
+                truncated = (episode_step >= limit) & active & ~terminated
+            done = terminated | truncated
         episode_return = state.episode_return + reward
         final_obs = self._observe(next_inner)
         final_critic = self._critic(next_inner)
         if self.autoreset:
             done_r = done if reward.dim() == 1 else done.unsqueeze(-1)
-            inner = tree_where(done, reset_inner, next_inner)
+            inner = select_rows(done, reset_inner, next_inner)
             obs = self._observe(inner)
             critic = self._critic(inner)
             new_state = EnvState(
                 inner=inner,
-                episode_step=torch.where(done, torch.zeros_like(episode_step), episode_step),
-                episode_return=torch.where(done_r, torch.zeros_like(episode_return), episode_return),
+                episode_step=episode_step.masked_fill(done, 0),
+                episode_return=episode_return.masked_fill(done_r, 0.0),
                 done=state.done,
             )
         else:
@@ -317,12 +353,14 @@ class TensorEnv(abc.ABC, Generic[Inner]):
                 raise ValueError("action contains NaN or inf (or a value beyond float32's range)")
             return
         if self.validate_actions:
-            bad_range = (action < 0) | (action >= self.num_actions)
-            if bool(bad_range.any()):
-                row = int(bad_range.long().argmax())
+            low, high = torch.aminmax(action)
+            if bool((low < 0) | (high >= self.num_actions)):  # one host read, as before
+                row = int(((action < 0) | (action >= self.num_actions)).long().argmax())
                 raise ValueError(
                     f"action out of range in env {row}: {int(action[row])} (allowed 0..{self.num_actions - 1})"
                 )
+            if type(self)._legal_actions is TensorEnv._legal_actions:
+                return  # every action in range is legal
             legal = self._legal_actions(self.state.inner).gather(1, action.long().unsqueeze(1)).squeeze(1)
             illegal = ~legal & ~self.state.done
             if bool(illegal.any()):
@@ -351,7 +389,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         """Advance every row by one action (``[N]`` integer tensor on ``device``)."""
         self.check_action(action)
         reset_inner = self.draw_starts(self.num_envs)
-        action = action.float() if self.is_continuous else action.long()
+        if action.dtype != (torch.float32 if self.is_continuous else torch.int64):
+            action = action.float() if self.is_continuous else action.long()
         self.state, result = self.step_state(self.state, action, reset_inner)
         return result
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from rl_gpu.envs.base import TensorEnv
+from rl_gpu.envs.base import TensorEnv, stack_float32
 
 
 @dataclass(frozen=True)
@@ -95,14 +95,18 @@ class CartPoleEnv(TensorEnv[CartPoleState]):
         super().__init__(*args, **kwargs)
         self.obs_high = _obs_high(self.params)
         self.obs_low = tuple(-v for v in self.obs_high)
+        # The two pushes as float64 scalars on the device: the force is one where(), with no cast or product.
+        self._push_left, self._push_right = (torch.tensor(f, dtype=torch.float64, device=self.device)
+                                             for f in (-self.params.force_mag, self.params.force_mag))
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> CartPoleState:
         u = torch.rand(4, num_envs, dtype=torch.float64, device=self.device, generator=generator)
-        return CartPoleState(*(self.reset_low + (self.reset_high - self.reset_low) * u))
+        # In place, rounded exactly as low + (high - low) * u.
+        return CartPoleState(*u.mul_(self.reset_high - self.reset_low).add_(self.reset_low))
 
     def _transition(self, s: CartPoleState, action: Tensor) -> tuple[CartPoleState, Tensor, Tensor]:
         p = self.params
-        force = p.force_mag * torch.where(action == 1, 1.0, -1.0).double()
+        force = torch.where(action == 1, self._push_right, self._push_left)
         costheta = torch.cos(s.theta)
         sintheta = torch.sin(s.theta)
         temp = (force + p.polemass_length * s.theta_dot.square() * sintheta) / p.total_mass
@@ -120,10 +124,10 @@ class CartPoleEnv(TensorEnv[CartPoleState]):
         # |x| > t is Gymnasium's x < -t or x > t exactly (abs is exact; NaN is False in both).
         terminated = (nxt.x.abs() > p.x_threshold) | (nxt.theta.abs() > theta_limit)
         if p.sutton_barto_reward:
-            reward = torch.where(terminated, -1.0, 0.0)
+            reward = torch.where(terminated, -1.0, 0.0).float()
         else:
             reward = torch.ones_like(nxt.x, dtype=torch.float32)
-        return nxt, reward.float(), terminated
+        return nxt, reward, terminated
 
     def _observe(self, s: CartPoleState) -> Tensor:
-        return torch.stack(tuple(s), dim=1).float()
+        return stack_float32(tuple(s))

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from rl_gpu.envs.base import TensorEnv
+from rl_gpu.envs.base import TensorEnv, stack_float32
 
 
 def _round_f32(x: float) -> float:
@@ -139,7 +139,7 @@ class MountainCarEnv(TensorEnv[MountainCarState]):
         return MountainCarState(position, velocity), reward, terminated
 
     def _observe(self, s: MountainCarState) -> Tensor:
-        return torch.stack(tuple(s), dim=1).float()
+        return stack_float32(tuple(s))
 
 
 class MountainCarContinuousEnv(TensorEnv[ContinuousMountainCarState]):
@@ -230,4 +230,4 @@ class MountainCarContinuousEnv(TensorEnv[ContinuousMountainCarState]):
         return nxt, reward.clamp(min=lowest).float(), terminated
 
     def _observe(self, s: ContinuousMountainCarState) -> Tensor:
-        return torch.stack((s.position, s.velocity), dim=1).float()
+        return stack_float32((s.position, s.velocity))

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from rl_gpu.envs.base import TensorEnv
+from rl_gpu.envs.base import TensorEnv, stack_float32
 
 
 @dataclass(frozen=True)
@@ -102,4 +102,4 @@ class PendulumEnv(TensorEnv[PendulumState]):
         return PendulumState(theta, theta_dot), (-costs).float(), terminated
 
     def _observe(self, s: PendulumState) -> Tensor:
-        return torch.stack((torch.cos(s.theta), torch.sin(s.theta), s.theta_dot), dim=1).float()
+        return stack_float32((torch.cos(s.theta), torch.sin(s.theta), s.theta_dot))
