@@ -74,6 +74,24 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
             group["lr"] = lr
 
 
+class LearningRateSchedule:
+    """What an algorithm's learning rate does over training, for a class holding ``optimizer``,
+    ``initial_learning_rate`` and ``anneal_lr``."""
+
+    optimizer: torch.optim.Optimizer
+    initial_learning_rate: float
+    anneal_lr: bool
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Write ``lr`` into the device tensor Adam reads (no re-tracing, no host synchronisation)."""
+        set_learning_rate(self.optimizer, lr)
+
+    def set_progress(self, fraction: float) -> None:
+        """With ``anneal_lr``, the learning rate is ``initial * (1 - fraction)``."""
+        if self.anneal_lr:
+            self.set_learning_rate(self.initial_learning_rate * (1.0 - fraction))
+
+
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, lr: Tensor) -> None:
     """Load ``state`` into ``optimizer`` keeping its flags, its learning-rate tensor ``lr`` and (where it already
     had state) its state tensors, with the saved values copied in: compiled units and captured CUDA graphs read

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from rl_gpu.algos.base import COLLECTION_METRICS, PhaseTimer, no_phase
 from rl_gpu.algos.offpolicy.collect import TransitionCollector, episode_metrics
 from rl_gpu.algos.offpolicy.config import OffPolicyConfig
-from rl_gpu.algos.optim import load_optimizer_state, make_adam, set_learning_rate
+from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
 from rl_gpu.core.types import VecEnv
 from rl_gpu.data.replay import ReplayBuffer
 from rl_gpu.nn.ensemble import EnsembleMLP
@@ -60,7 +60,7 @@ def check_env(env: VecEnv, name: str) -> None:
                          f"usable (low {list(low)}, high {list(high)}): train it with --algo ppo")
 
 
-class OffPolicyAlgorithm:
+class OffPolicyAlgorithm(LearningRateSchedule):
     """The shared machinery; a subclass builds its networks and supplies :meth:`_loss_units`, :meth:`_pattern`,
     :meth:`_draw_update_noise`, :meth:`_after_update` and :meth:`_metrics`.
 
@@ -145,15 +145,6 @@ class OffPolicyAlgorithm:
     @property
     def policy(self) -> nn.Module:
         return self._policy
-
-    def set_learning_rate(self, lr: float) -> None:
-        """Write ``lr`` into the device tensor Adam reads (no re-tracing, no host synchronisation)."""
-        set_learning_rate(self.optimizer, lr)
-
-    def set_progress(self, fraction: float) -> None:
-        """With ``anneal_lr``, the learning rate is ``initial * (1 - fraction)``."""
-        if self.anneal_lr:
-            self.set_learning_rate(self.initial_learning_rate * (1.0 - fraction))
 
     def initial_policy(self) -> nn.Module:
         """A frozen copy of the policy as it is now."""

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.algos.base import COLLECTION_METRICS, PhaseTimer, Setup, collection_metrics, no_phase
-from rl_gpu.algos.optim import load_optimizer_state, make_adam, set_learning_rate
+from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.update import (
     UpdateMetrics,
@@ -36,7 +36,7 @@ DEFAULT_NUM_STEPS = 128
 """T for continuing tasks when the setup gives none (turn-based games default to their longest game)."""
 
 
-class PPO:
+class PPO(LearningRateSchedule):
     """Clipped PPO with GAE on ``[T, N]`` rollouts.
 
     Built by hand (``PPO(policy, config, learning_rate, seed)``) it collects and updates on any environment given
@@ -135,15 +135,6 @@ class PPO:
     @property
     def policy(self) -> nn.Module:
         return self._policy
-
-    def set_learning_rate(self, lr: float) -> None:
-        """Write ``lr`` into the device tensor Adam reads (no re-tracing, no host synchronisation)."""
-        set_learning_rate(self.optimizer, lr)
-
-    def set_progress(self, fraction: float) -> None:
-        """With ``anneal_lr``, the learning rate is ``initial * (1 - fraction)``."""
-        if self.anneal_lr:
-            self.set_learning_rate(self.initial_learning_rate * (1.0 - fraction))
 
     def _graphed(self) -> bool:
         return self.compile == "cudagraphs"
