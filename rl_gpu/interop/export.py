@@ -46,10 +46,9 @@ LOWEST_FLOAT32 = float(torch.finfo(torch.float32).min)
 
 
 def _with_exact_tanh(module: nn.Module) -> nn.Module:
-    """Replace the CPU training form of tanh (:class:`rl_gpu.nn.layers.Tanh`, a custom autograd function that
-    TorchScript and ONNX cannot trace) by ``nn.Tanh`` (the two agree to 2e-7), and each
-    :class:`rl_gpu.nn.layers.MLP` by the plain ``nn.Sequential`` of the same layers, which TorchScript can
-    script."""
+    """Replace each :class:`rl_gpu.nn.layers.MLP` (whose CPU sigmoid form agrees with ``tanh`` to about 1e-6)
+    by the plain ``nn.Sequential`` of the same layers, which TorchScript can script, and each
+    :class:`rl_gpu.nn.layers.Tanh` marker by ``nn.Tanh``, so the exported model holds only PyTorch's modules."""
     if isinstance(module, Tanh):
         return nn.Tanh()
     if isinstance(module, MLP):

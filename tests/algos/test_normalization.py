@@ -208,7 +208,9 @@ def test_export_clips_continuous_actions_to_the_bounds():
                             _extra_files=extra)
     action = loaded(obs)
     assert action.min() >= -2 and action.max() <= 2 and (action.abs() == 2).any()
-    torch.testing.assert_close(action, expected, rtol=1e-5, atol=1e-5)
+    # The export computes tanh; the policy's CPU sigmoid form rounds like W h with h = 2 sigmoid(2z) - 1 summed
+    # in float32, about 1e-7 of |W| * hidden, and these last-layer weights are deliberately huge (std 5).
+    torch.testing.assert_close(action, expected, rtol=1e-4, atol=1e-4)
     info = json.loads(extra["rl_gpu.json"])
     assert info["action_low"] == [-2.0] and info["action_high"] == [2.0] and "clipped" in info["action"][3]
     # Without bounds the export stays unclipped.
@@ -219,7 +221,7 @@ def test_export_clips_continuous_actions_to_the_bounds():
 
         session = ort.InferenceSession(to_onnx_bytes(policy, dynamo=False, action_low=low, action_high=high))
         (onnx_action,) = session.run(None, {"obs": obs.numpy()})
-        torch.testing.assert_close(torch.from_numpy(onnx_action), expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(torch.from_numpy(onnx_action), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_bounds_are_refused_for_discrete_policies():

@@ -1,40 +1,66 @@
 """The CPU fast paths of the policy and the update agree with the plain PyTorch forms they replace."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
 
-from rl_gpu.nn import distributions as D
-from rl_gpu.envs.registry import make
 from rl_gpu.algos.optim import clip_grad_norm
+from rl_gpu.envs.registry import make
+from rl_gpu.nn import distributions as D
 from rl_gpu.nn.actor_critic import ActorCritic
-from rl_gpu.nn.layers import MLP, Tanh
+from rl_gpu.nn.layers import MLP, Tanh, mlp, relu_mlp
 
 
-@pytest.mark.parametrize("rows", [8, 127, 128, 1024])
-def test_tanh_matches_torch_tanh_in_value_and_gradient(rows):
-    # 64 columns: below 128 rows torch.tanh itself runs, from 128 rows up the sigmoid form.
-    g = torch.Generator().manual_seed(rows)
-    x = (torch.randn(rows, 64, generator=g) * 3).requires_grad_()
-    ref = x.detach().clone().requires_grad_()
-    grad = torch.randn(rows, 64, generator=g)
-    y = Tanh()(x)
+def _plain(net: MLP) -> nn.Sequential:
+    """The same layers as a plain ``nn.Sequential`` with ``torch.tanh``."""
+    return nn.Sequential(*[nn.Tanh() if isinstance(m, nn.Tanh) else m for m in net])
+
+
+@pytest.mark.parametrize("rows", [8, 127, 128, 1024, 4096])
+@pytest.mark.parametrize("hidden", [(64, 64), (32, 256, 16)])
+def test_mlp_sigmoid_form_matches_torch_tanh_in_value_and_gradient(rows, hidden):
+    torch.manual_seed(rows)
+    net = mlp(5, hidden, 3, out_gain=1.0)
+    truth = _plain(copy.deepcopy(net)).double()
+    x = torch.randn(rows, 5) * 3
+    grad = torch.randn(rows, 3)
+    y = net(x)
     y.backward(grad)
-    torch.tanh(ref).backward(grad)
-    torch.testing.assert_close(y, torch.tanh(ref), atol=3e-7, rtol=0)
-    # d/dx = 1 - y^2: a 3e-7 difference in y moves it by up to 6e-7, times |grad| (a few units).
-    torch.testing.assert_close(x.grad, ref.grad, atol=3e-6, rtol=0)
-    assert (rows * 64 >= Tanh.SIGMOID_FROM) == (y.grad_fn.name() != "TanhBackward0")
+    y_truth = truth(x.double())
+    y_truth.backward(grad.double())
+    uses_form = rows * hidden[0] >= MLP.SIGMOID_FROM
+    assert net._sigmoid_form(x) == uses_form
+    if not uses_form:
+        assert torch.equal(y, _plain(net)(x))
+    torch.testing.assert_close(y.double(), y_truth, atol=2e-6, rtol=1e-6)
+    # Gradients are sums over rows: float32's own rounding grows with them, so the tolerance is relative to the
+    # largest entry (plain float32 tanh is off float64 by the same order, about 1e-6 of it).
+    for (name, p), p_truth in zip(net.named_parameters(), truth.parameters()):
+        scale = p_truth.grad.abs().max().item()
+        torch.testing.assert_close(p.grad.double(), p_truth.grad, atol=1e-5 * scale, rtol=0, msg=name)
+
+
+def test_mlp_sigmoid_form_only_for_tanh_mlps_on_cpu():
+    x = torch.randn(1024, 4)
+    assert mlp(4, (64,), 2, out_gain=1.0)._sigmoid_form(x)
+    assert not relu_mlp(4, (64,), 2)._sigmoid_form(x)
+    assert not MLP(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 2))._sigmoid_form(x)  # only rl_gpu's Tanh marks it
+    assert not MLP(nn.Linear(4, 64, bias=False), Tanh(), nn.Linear(64, 2))._sigmoid_form(x)
+    assert not MLP(nn.Linear(4, 64), Tanh())._sigmoid_form(x)
 
 
 def test_mlp_forward_is_the_sequential_forward():
     torch.manual_seed(0)
     policy = ActorCritic(4, 2)
     assert isinstance(policy.actor, MLP)
-    obs = torch.randn(300, 4)
     plain = nn.Sequential(*policy.actor)
-    assert torch.equal(policy.actor(obs), plain(obs))
     assert list(policy.actor.state_dict()) == list(plain.state_dict())
+    small = torch.randn(100, 4)
+    assert torch.equal(policy.actor(small), plain(small))
+    large = torch.randn(300, 4)
+    torch.testing.assert_close(policy.actor(large), plain(large), atol=2e-6, rtol=1e-6)
 
 
 def test_log_prob_and_entropy_from_one_log_softmax():
@@ -78,18 +104,14 @@ def test_autoreset_env_refuses_injected_finished_rows():
 
 
 def test_cpu_tanh_form_runs_under_vmap_and_grad_over_a_population() -> None:
-    """A population of networks trained as one (``torch.func`` over stacked parameters) goes through the CPU
-    sigmoid form of tanh and its custom backward: gradients equal each member's own."""
-    import copy
-
+    """A population of networks trained as one (``torch.func`` over stacked parameters) goes through the MLP's
+    CPU sigmoid form: gradients equal each member's own."""
     from torch.func import functional_call, grad, stack_module_state, vmap
-
-    from rl_gpu.nn.layers import mlp
 
     torch.manual_seed(0)
     members = [mlp(4, (64, 64), 2, out_gain=1.0) for _ in range(3)]
     x = torch.randn(256, 4)
-    assert x.shape[0] * 64 >= Tanh.SIGMOID_FROM  # the hidden activations take the sigmoid form
+    assert x.shape[0] * 64 >= MLP.SIGMOID_FROM  # the hidden activations take the sigmoid form
     params, buffers = stack_module_state(members)
     template = copy.deepcopy(members[0]).to("meta")
 
