@@ -3,6 +3,7 @@
 import copy
 import math
 
+import pytest
 import torch
 
 from rl_gpu.nn import distributions as D
@@ -107,6 +108,28 @@ def test_padding_and_opponent_slots_do_not_affect_the_update():
     update_policy(p2, o2, noisy, cfg, torch.Generator().manual_seed(0))
     for a, b in zip(p1.parameters(), p2.parameters()):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("norm_adv", [True, False])
+def test_micro_batches_give_the_minibatch_update(norm_adv):
+    """A minibatch run as micro-batches (each loss its share of the minibatch's mean, gradients accumulated)
+    is the same update as the whole minibatch at once, padding and opponent slots included."""
+    policy, batch = _batch(seed=6)
+    results = []
+    for micro in (None, 700, 10**6):  # 4 uneven micro-batches of 2560 slots, and one
+        p = copy.deepcopy(policy)
+        cfg = PPOConfig(num_minibatches=2, update_epochs=2, norm_adv=norm_adv, micro_batch_size=micro or 10**6)
+        opt = torch.optim.Adam(p.parameters(), lr=1e-3)
+        metrics = update_policy(p, opt, batch, cfg, torch.Generator().manual_seed(0))
+        results.append((p, metrics.as_floats()))
+    (split, m_split), (whole, m_whole) = results[1], results[2]
+    assert torch.equal(torch.nn.utils.parameters_to_vector(results[0][0].parameters()),
+                       torch.nn.utils.parameters_to_vector(whole.parameters()))
+    for a, b in zip(split.parameters(), whole.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert any(not torch.equal(a, b) for a, b in zip(split.parameters(), policy.parameters()))
+    for k in m_whole:
+        assert m_split[k] == pytest.approx(m_whole[k], rel=1e-4, abs=1e-6), k
 
 
 def test_update_changes_parameters_and_metrics_are_finite():

@@ -190,7 +190,8 @@ def test_step_chunk_counts_reused_starts_and_uses_each_slot_once():
 
 @pytest.mark.parametrize("env_id, episodic", [CASES[0]])
 def test_inductor_matches_eager_on_cpu(env_id, episodic):
-    _compiled_matches_eager(env_id, episodic, "cpu", ("off", "inductor"))
+    # Minibatches of 32 slots as two micro-batches: the CPU default for large minibatches, compiled.
+    _compiled_matches_eager(env_id, episodic, "cpu", ("off", "inductor"), micro_batch_size=16)
 
 
 @pytest.mark.slow
@@ -216,12 +217,12 @@ def test_compiled_env_stepper_matches_eager():
     assert torch.equal(a.episode_step, b.episode_step)
 
 
-def _compiled_matches_eager(env_id, episodic, device, modes):
+def _compiled_matches_eager(env_id, episodic, device, modes, micro_batch_size=None):
     runs = {}
     for mode in modes:
         env, policy = _env_policy(env_id, n=8, device=device, normalize_obs=True)
-        algo = PPO(policy, PPOConfig(num_minibatches=2, update_epochs=2, target_kl=0.02), 1e-3, seed=4,
-                   compile=mode)
+        config = PPOConfig(num_minibatches=2, update_epochs=2, target_kl=0.02, micro_batch_size=micro_batch_size)
+        algo = PPO(policy, config, 1e-3, seed=4, compile=mode)
         g = torch.Generator(device=device).manual_seed(2)
         out = []
         for i in range(3):

@@ -43,6 +43,10 @@ class PPOConfig:
     target_kl: float | None = None
     """stop the update's remaining epochs once the approximate KL exceeds this, checked on the device once
     per epoch; None: never"""
+    micro_batch_size: int | None = None
+    """rows per forward/backward pass: a minibatch runs as equal micro-batches of at most this many rows whose
+    gradients add up to the minibatch's (the same update, up to float rounding), so the activations stay in
+    the CPU's cache; None: 4096 on CPU, the whole minibatch on other devices"""
 
     def storage_elements(self, num_envs: int, num_steps: int, obs_size: int, action_size: int,
                          hidden_sizes: tuple[int, ...]) -> int:
@@ -69,10 +73,11 @@ class PPOConfig:
             "reward_scale": self.reward_scale > 0,
             "norm_reward_clip": self.norm_reward_clip > 0,
             "target_kl": self.target_kl is None or self.target_kl > 0,
+            "micro_batch_size": self.micro_batch_size is None or self.micro_batch_size >= 1,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
             raise ValueError(f"invalid PPO hyper-parameters: {values} (gamma and gae_lambda in [0, 1], "
-                             "epochs/minibatches >= 1, clip_coef/max_grad_norm/target_kl > 0, "
+                             "epochs/minibatches/micro_batch_size >= 1, clip_coef/max_grad_norm/target_kl > 0, "
                              "norm_reward_clip > 0, coefficients >= 0, every number finite)")

@@ -5,6 +5,9 @@ Shape legend: M = minibatch slots.
 
 from __future__ import annotations
 
+from functools import partial
+from typing import NamedTuple
+
 import torch
 from torch import Tensor, nn
 
@@ -22,14 +25,42 @@ def masked_mean(x: Tensor, weight: Tensor | None) -> Tensor:
     return (x * weight).sum() / weight.sum().clamp(min=1.0)
 
 
+class MinibatchScale(NamedTuple):
+    """What a minibatch's loss divides by, computed once over the whole minibatch so that its micro-batches'
+    losses (:func:`ppo_loss` with ``scale``) sum to the minibatch's loss: every mean of PPO's loss is a sum over
+    rows divided by the minibatch's count of learner decisions, and advantages are normalised by the
+    minibatch's statistics."""
+
+    count: Tensor
+    """0-dim: learner decisions in the minibatch (at least 1)."""
+    adv_mean: Tensor
+    """0-dim: mean advantage over them (0 without ``norm_adv``)."""
+    adv_scale: Tensor
+    """0-dim: ``std + 1e-8`` of the advantage over them (1 without ``norm_adv``)."""
+
+
+def minibatch_scale(advantage: Tensor, weight: Tensor | None, config: PPOConfig) -> MinibatchScale:
+    """The :class:`MinibatchScale` of a minibatch's ``[M]`` advantages and weights."""
+    count = weight.sum().clamp(min=1.0) if weight is not None else advantage.new_tensor(float(advantage.numel()))
+    if not config.norm_adv:
+        return MinibatchScale(count, advantage.new_zeros(()), advantage.new_ones(()))
+    mean = masked_mean(advantage, weight)
+    var = masked_mean((advantage - mean).square(), weight)
+    return MinibatchScale(count, mean, var.sqrt() + 1e-8)
+
+
 def ppo_loss(
-    policy: nn.Module, mb: dict[str, Tensor], config: PPOConfig
+    policy: nn.Module, mb: dict[str, Tensor], config: PPOConfig, scale: MinibatchScale | None = None
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """PPO's clipped surrogate + value loss - entropy bonus for one minibatch of ``[M]`` slots.
 
     ``mb`` holds ``obs, action, action_mask, log_prob, value, advantage, returns, weight`` and, for an
     asymmetric critic, ``critic_obs`` (passed to ``evaluate`` only when present). Every mean and the advantage
     statistics use only slots with ``weight`` 1.
+
+    With ``scale`` (the :func:`minibatch_scale` of a whole minibatch), ``mb`` is one micro-batch of it and every
+    "mean" is this micro-batch's share of the minibatch's mean (its sum divided by the minibatch's count), so the
+    micro-batches' losses, gradients and statistics add up to the minibatch's.
     """
     w = mb["weight"]
     critic = mb.get("critic_obs")
@@ -38,26 +69,31 @@ def ppo_loss(
     log_ratio = new_log_prob - mb["log_prob"]
     ratio = log_ratio.exp()
     advantage = mb["advantage"]
-    if config.norm_adv:
-        mean = masked_mean(advantage, w)
-        var = masked_mean((advantage - mean).square(), w)
-        advantage = (advantage - mean) / (var.sqrt() + 1e-8)
-    pg_loss = masked_mean(
-        torch.maximum(-advantage * ratio, -advantage * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef)), w
+    if scale is None:
+        mean = partial(masked_mean, weight=w)
+        if config.norm_adv:
+            adv_mean = mean(advantage)
+            advantage = (advantage - adv_mean) / (mean((advantage - adv_mean).square()).sqrt() + 1e-8)
+    else:
+        def mean(x: Tensor) -> Tensor:
+            return (x if w is None else x * w).sum() / scale.count
+
+        if config.norm_adv:
+            advantage = (advantage - scale.adv_mean) / scale.adv_scale
+    pg_loss = mean(
+        torch.maximum(-advantage * ratio, -advantage * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef))
     )
     if config.clip_vloss:
         v_clipped = mb["value"] + (new_value - mb["value"]).clamp(-config.clip_coef, config.clip_coef)
-        v_loss = 0.5 * masked_mean(
-            torch.maximum((new_value - mb["returns"]).square(), (v_clipped - mb["returns"]).square()), w
-        )
+        v_loss = 0.5 * mean(torch.maximum((new_value - mb["returns"]).square(), (v_clipped - mb["returns"]).square()))
     else:
-        v_loss = 0.5 * masked_mean((new_value - mb["returns"]).square(), w)
-    entropy_mean = masked_mean(entropy, w)
+        v_loss = 0.5 * mean((new_value - mb["returns"]).square())
+    entropy_mean = mean(entropy)
     loss = pg_loss - config.ent_coef * entropy_mean + config.vf_coef * v_loss
     with torch.no_grad():
         # k3 estimator of KL(old || new): E[(r - 1) - log r], unbiased and non-negative.
-        approx_kl = masked_mean((ratio - 1) - log_ratio, w)
-        clip_fraction = masked_mean(((ratio - 1).abs() > config.clip_coef).float(), w)
+        approx_kl = mean((ratio - 1) - log_ratio)
+        clip_fraction = mean(((ratio - 1).abs() > config.clip_coef).float())
     stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_mean,
              "approx_kl": approx_kl, "clip_fraction": clip_fraction}
     return loss, stats

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from rl_gpu.algos.optim import clip_global_grad_norm, undoable_step
 from rl_gpu.algos.ppo.config import PPOConfig
-from rl_gpu.algos.ppo.loss import LOSS_STATS, explained_variance, ppo_loss
+from rl_gpu.algos.ppo.loss import LOSS_STATS, MinibatchScale, explained_variance, minibatch_scale, ppo_loss
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.runtime.compile import compile_unit
@@ -75,12 +75,31 @@ def _gae_unit(gamma: float, gae_lambda: float, reward_scale: float, batch: Rollo
     )
 
 
-def _loss_unit(policy: nn.Module, config: PPOConfig, flat: FlatBatch, idx: Tensor) -> tuple[Tensor, Tensor]:
-    """``(loss, stats [len(LOSS_STATS)])`` of the minibatch ``idx`` (``[M]`` int64 slot indices) of ``flat``."""
+def _loss_unit(policy: nn.Module, config: PPOConfig, flat: FlatBatch, idx: Tensor,
+               scale: MinibatchScale | None = None) -> tuple[Tensor, Tensor]:
+    """``(loss, stats [len(LOSS_STATS)])`` of the minibatch ``idx`` (``[M]`` int64 slot indices) of ``flat``, or,
+    with ``scale``, of one micro-batch of the minibatch whose scale it is."""
     mb = {k: (v[idx] if v is not None else None) for k, v in flat._asdict().items()}
-    loss, stats = ppo_loss(policy, mb, config)
+    loss, stats = ppo_loss(policy, mb, config, scale)
     # Detached: metrics summed over the update must not keep each minibatch's autograd graph alive.
     return loss, torch.stack([stats[k].detach() for k in LOSS_STATS])
+
+
+def _scale_unit(config: PPOConfig, flat: FlatBatch, idx: Tensor) -> MinibatchScale:
+    return minibatch_scale(flat.advantage[idx], flat.weight[idx] if flat.weight is not None else None, config)
+
+
+MICRO_BATCH_CPU = 4096
+"""Rows per forward/backward pass on CPU when ``micro_batch_size`` is None: a 64-wide activation of 4096 rows
+(1 MiB) stays in cache between the passes that write and read it."""
+
+
+def micro_batches(minibatch_size: int, config: PPOConfig, device: torch.device) -> int:
+    """How many micro-batches a minibatch of ``minibatch_size`` rows runs as (sizes differing by at most 1)."""
+    size = config.micro_batch_size
+    if size is None:
+        size = MICRO_BATCH_CPU if device.type == "cpu" else minibatch_size
+    return -(-minibatch_size // size)
 
 
 class UpdateUnits:
@@ -102,6 +121,7 @@ class UpdateUnits:
         self.mode = mode
         self.gae = compile_unit(partial(_gae_unit, config.gamma, config.gae_lambda, config.reward_scale), mode)
         self.loss = compile_unit(partial(_loss_unit, policy, config), mode)
+        self.scale = compile_unit(partial(_scale_unit, config), mode)
         self.params = [p for p in policy.parameters() if p.requires_grad]
 
     def step(self, keep: Tensor | None) -> Tensor:
@@ -149,11 +169,23 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
     totals = torch.zeros(len(MINIBATCH_ROW), device=device)
     count = torch.zeros((), device=device)
     kl_index = LOSS_STATS.index("approx_kl")
+    splits = micro_batches(mb_size, config, device)
     for epoch in range(config.update_epochs):
         for start in range(0, size, mb_size):
-            loss, stats = units.loss(flat, permutations[epoch, start:start + mb_size])
+            idx = permutations[epoch, start:start + mb_size]
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if splits == 1:
+                loss, stats = units.loss(flat, idx)
+                loss.backward()
+            else:
+                # Micro-batches: each one's loss is its share of the minibatch's (same denominators and
+                # advantage statistics), so the gradients accumulated in .grad are the minibatch's.
+                scale = units.scale(flat, idx)
+                loss, stats = 0.0, 0.0
+                for part in idx.tensor_split(splits):
+                    part_loss, part_stats = units.loss(flat, part, scale)
+                    part_loss.backward()
+                    loss, stats = loss + part_loss.detach(), stats + part_stats
             grad_norm = units.step(keep)
             row = torch.cat([loss.detach()[None], stats, grad_norm.detach().float()[None]])
             applied = keep.float() if keep is not None else 1.0
