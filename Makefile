@@ -20,12 +20,15 @@ train: $(STAMP)
 	$(BIN)/python -m rl_gpu train --output artifacts/make-train --overwrite --seeds 11 --device auto
 
 # lint-imports checks the layering contracts of pyproject.toml ([tool.importlinter]) before the tests run.
+# pytest-xdist runs the tests in one worker per core (at most 4): each test is single-threaded.
+PYTEST_WORKERS ?= -n auto --maxprocesses 4
+
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache --no-logo
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS)
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) artifacts .pytest_cache

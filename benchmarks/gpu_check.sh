@@ -8,7 +8,9 @@
 #   3. rl-gpu bench on CartPole-v1 at N=65536 (and 4096): eager vs compiled vs graph-captured, env-only,
 #      env + inference, full training;
 #   4. SAC and TD3 iterations (one vector step + 4 updates of batch 4096) at N=1024 and 4096 Pendulum-v1
-#      environments, eager vs compiled vs one CUDA graph per iteration (benchmarks/gpu_check_offpolicy.py).
+#      environments, eager vs compiled vs one CUDA graph per iteration (benchmarks/gpu_check_offpolicy.py);
+#   5. data-parallel PPO training steps/s under torchrun with 1 and with every visible GPU
+#      (benchmarks/distributed_throughput.py; with one GPU only the K=1 row, and the NCCL path for one process).
 # Results go to $OUT (default artifacts/gpu_check); the exit status is non-zero if any stage failed.
 #
 #   bash benchmarks/gpu_check.sh            # from the repository root, with .venv installed (make test)
@@ -46,6 +48,9 @@ stage train_sac_cudagraphs 90 "$PY" -m rl_gpu train --algo sac --env Pendulum-v1
     --num-envs 1024 --num-steps 2 --learning-starts 2048 --batch-size 4096 --total-timesteps 24576 \
     --eval-every 6 --eval-episodes 64 --final-eval-episodes 64 --seeds 1 --output "$OUT/train_sac" --overwrite
 stage offpolicy 180 "$PY" benchmarks/gpu_check_offpolicy.py --output "$OUT/offpolicy.json"
+# Data-parallel PPO under torchrun (NCCL): transitions/s with 1 GPU and with every visible GPU, in one run.
+stage distributed 180 "$PY" benchmarks/distributed_throughput.py --device cuda --num-envs 16384 --num-steps 32 \
+    --output "$OUT/distributed.json"
 # MuJoCo Warp (the mujoco-warp extra, installed in the carried .venv): HalfCheetah and Ant at N=4096 and 16384,
 # graph-captured steps, PPO training steps/s, agreement with the C engine. Skipped when mujoco_warp is absent.
 if "$PY" -c "import mujoco_warp" 2>/dev/null; then

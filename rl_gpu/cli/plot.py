@@ -210,7 +210,8 @@ def numeric_metrics(runs: Sequence[Run]) -> list[str]:
 def default_metrics(runs: Sequence[Run]) -> list[str]:
     """What a plot shows without ``--metric``: each run's headline (``episode_return`` for single-player runs,
     ``train_win_rate`` for turn-based games, whose runs log a win rate instead), then ``validation.score``
-    when the runs have validations."""
+    when the runs have validations, and ``validation.exploitability`` and ``league/elo_learner`` when logged
+    (games with an exact exploitability; self-play runs)."""
     chosen: dict[str, None] = {}
     for run in runs:
         available = numeric_metrics([run])
@@ -218,7 +219,9 @@ def default_metrics(runs: Sequence[Run]) -> list[str]:
         if headline is not None:
             chosen[headline] = None
     ordered = [m for m in HEADLINES if m in chosen]
-    return ordered + (["validation.score"] if "validation.score" in numeric_metrics(runs) else [])
+    available = numeric_metrics(runs)
+    extra = [m for m in ("validation.exploitability", "league/elo_learner") if m in available]
+    return ordered + (["validation.score"] if "validation.score" in available else []) + extra
 
 
 def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str) -> tuple[np.ndarray, ...]:

@@ -174,19 +174,36 @@ environment's preset; command-line flags override them."""
 
 OFF_POLICY_CONFIGS = {"sac": SACConfig, "td3": TD3Config}
 
+SELF_PLAY_PRESETS: dict[str, dict] = {
+    # Self-play (--self-play) trains for a step budget (no validation passes, rl_gpu.training.goals) and
+    # keeps the least exploitable validation; the learning rate decays over the budget.
+    "RussianRoulette-v0": {"total_timesteps": 3_000_000, "anneal_lr": True, "max_updates": 100_000,
+                           "eval_every": 10, "eval_episodes": 4096, "final_eval_episodes": 16384},
+    # Leduc: twice the rows and ten times the entropy bonus of the PPO preset (without it the policy turns
+    # nearly deterministic and exploitable), few games against uniform random (it is only the rating anchor).
+    "LeducHoldem-v0": {"num_envs": 2048, "total_timesteps": 2_500_000, "max_updates": 100_000, "eval_every": 20,
+                       "eval_episodes": 2048, "final_eval_episodes": 8192, "baseline_share": 0.05,
+                       "ppo": {"ent_coef": 0.1}},
+}
+"""Per-environment settings over the PPO preset when training with ``--self-play``."""
 
-def preset_config(env_id: str, algo: str = "ppo") -> TrainConfig:
+
+def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> TrainConfig:
     """The default configuration for ``env_id`` trained by ``algo`` (the global defaults for an id without a
     preset).
 
     ``gym:X`` takes ``X``'s preset when there is one: the same task, stepped by Gymnasium on the host; other
-    ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`. SAC and TD3 take the task keys of the environment's preset
-    (goal, budget, evaluation) under their own settings (:data:`OFF_POLICY_PRESETS`); an unknown ``algo`` is a
-    ``ValueError``.
+    ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`; ``self_play`` adds :data:`SELF_PLAY_PRESETS` (PPO). SAC and
+    TD3 take the task keys of the environment's preset (goal, budget, evaluation) under their own settings
+    (:data:`OFF_POLICY_PRESETS`); an unknown ``algo`` is a ``ValueError``.
     """
     fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else {}
     preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), fallback)))
     if algo == "ppo":
+        if self_play:
+            extra = dict(SELF_PLAY_PRESETS.get(env_id, {}))
+            ppo_extra = extra.pop("ppo", {})
+            preset.update(extra, self_play=True, ppo={**preset.get("ppo", {}), **ppo_extra})
         ppo = PPOConfig(**preset.pop("ppo", {}))
         return TrainConfig(env=env_id, ppo=ppo, **preset)
     if algo not in OFF_POLICY_CONFIGS:

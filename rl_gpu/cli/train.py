@@ -2,7 +2,11 @@
 
 Exit codes: 0 every seed met its goal (or spent its ``--total-timesteps`` budget); 1 a seed did not within
 ``--max-updates``; 2 bad input (nothing on disk touched); 3 a non-finite loss, gradient or parameter stopped
-training; 130/143 stopped by SIGINT/SIGTERM after saving.
+training; 4 under torchrun, another process died or stopped answering; 130/143 stopped by SIGINT/SIGTERM after
+saving.
+
+Under ``torchrun`` (``torchrun --nproc-per-node K -m rl_gpu train ...``) the K processes train one policy
+together, each stepping ``--num-envs`` environments of its own; rank 0 writes every file (docs/distributed.md).
 
 Where the settings come from, lowest first: the environment's preset (:mod:`rl_gpu.cli.presets`), or a
 ``--config`` file, or a resumed run's saved settings; then the flags. A resumed run keeps its settings: a flag or
@@ -76,6 +80,9 @@ def _saved_config(run_dir: Path) -> TrainConfig:
     payload = load_checkpoint(last)
     if not isinstance(payload.get("trainer"), dict) or not isinstance(payload.get("config"), dict):
         raise UsageError(f"--resume {run_dir}: {last} is not a resumable checkpoint")
+    if payload.get("pbt_member"):
+        raise UsageError(f"--resume {run_dir}: a --pbt member, whose learning rate and loss coefficients PBT "
+                         "changed from its saved settings, cannot be resumed alone")
     try:
         return config_from_dict(payload["config"])
     except UsageError as e:
@@ -139,6 +146,9 @@ def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:
     algo = _flag_value(args, "--algo") or "ppo"
     if algo not in ALGORITHM_SECTIONS:
         algo = "ppo"  # the parser refuses the value, naming the choices
+    if "--self-play" in args:
+        return (preset_config(env_id, algo, self_play=True), None,
+                f"{env_id}'s preset for {algo} with --self-play")
     return preset_config(env_id, algo), None, f"{env_id}'s preset for {algo}"
 
 
@@ -197,6 +207,31 @@ def _changes(saved, given, names: list[str]) -> list[str]:
     return out
 
 
+def exploitability_measure(config: TrainConfig):
+    """``measure(policy)`` -> its exact exploitability, for games that have one
+    (:mod:`rl_gpu.interop.exploitability`, played as validation plays: sampled or deterministic), logged at each
+    validation; None for other environments, and, with a note, when the game needs a package not installed."""
+    from rl_gpu.envs.registry import env_class
+    from rl_gpu.interop.exploitability import has_exploitability, measure_exploitability
+    from rl_gpu.nn.actor_critic import UniformRandomPolicy
+
+    try:
+        cls = env_class(config.env)
+    except (UsageError, ValueError, ImportError):
+        return None
+    if not has_exploitability(cls):
+        return None
+    measure = functools.partial(measure_exploitability, cls, deterministic=config.deterministic_eval)
+    try:
+        random = measure(UniformRandomPolicy())
+    except UsageError as e:
+        print(f"{PROG}: note: exploitability is not measured during training: {e}", file=sys.stderr)
+        return None
+    print(f"{PROG}: exploitability is measured at each validation; the uniform-random policy's is "
+          f"{random.describe()}")
+    return measure
+
+
 def _interrupted(config: TrainConfig, results: list) -> int:
     from rl_gpu.training.lifecycle import continuation
 
@@ -208,8 +243,26 @@ def _interrupted(config: TrainConfig, results: list) -> int:
     return 128 + (stopped.signum or signal.SIGINT)
 
 
+EXIT_RANKS_LOST = 4
+"""Exit code of a process of a torchrun launch that lost contact with the others (one died or hung)."""
+
+
+def _quiet_code(results: list) -> int:
+    """The exit code :func:`_main` reports for ``results``, without printing (ranks other than 0)."""
+    from rl_gpu.training.runner import EXIT_GOAL_NOT_MET, EXIT_NUMERICAL
+
+    stopped = next((r for r in results if r.status == "interrupted"), None)
+    if stopped is not None:
+        return 128 + (stopped.signum or signal.SIGINT)
+    if any(r.status == "numerical_error" for r in results):
+        return EXIT_NUMERICAL
+    return EXIT_GOAL_NOT_MET if any(r.status == "goal_not_met" for r in results) else 0
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
     from rl_gpu.runtime.checkpoint import CheckpointError
+    from rl_gpu.runtime.distributed import RanksLost, is_main_process, process_group
+    from rl_gpu.training.ranks import check_config
     from rl_gpu.training.runner import EXIT_GOAL_NOT_MET, EXIT_NUMERICAL, resume, train
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -228,21 +281,39 @@ def _main(argv: Sequence[str] | None = None) -> int:
                    f"`{PROG} --env ID --help` shows an environment's preset (`--algo ALGO` too: its preset for "
                    "that algorithm).")
     config = _parse(args, default, description)
+    main_process = True
     try:
+        if saved is not None and "--parallel" in _given(args):
+            raise UsageError("--resume continues one seed alone (each seed of a --parallel run resumes alone, "
+                             "from its own OUTPUT/seed-N): drop --parallel")
         if saved is not None:
             changed = [f.name for f in dataclasses.fields(TrainConfig)
                        if getattr(config, f.name) != getattr(saved, f.name) and f.name not in RESUMABLE_CHANGES]
             if changed:
                 raise UsageError("settings are refused on resume (the run keeps its saved ones): cannot change "
                                  + ", ".join(_changes(saved, config, changed)))
-            results = [resume(config.resume, config)]
-        else:
-            results = train(config)
+        # Under torchrun: join the other processes (docs/distributed.md); a plain run is unchanged.
+        with process_group(config.device):
+            main_process = is_main_process()
+            check_config(config)  # what several processes cannot run (nothing without torchrun)
+            if saved is not None:
+                results = [resume(config.resume, config, measure=exploitability_measure(config))]
+            elif config.parallel:
+                from rl_gpu.training.population import train_population
+
+                results = train_population(config)
+            else:
+                results = train(config, measure=exploitability_measure(config))
     except (UsageError, CheckpointError) as e:
         fail(PROG, str(e))
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; checkpoints written so far are intact", file=sys.stderr)
         return 128 + signal.SIGINT
+    except RanksLost as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return EXIT_RANKS_LOST
+    if not main_process:  # rank 0 reports; the other processes exit with the same code, quietly
+        return _quiet_code(results)
     if any(r.status == "interrupted" for r in results):
         return _interrupted(config, results)
     code = 0

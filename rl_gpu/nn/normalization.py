@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from rl_gpu.runtime.distributed import merge_moments
+
 
 class RunningMeanStd(nn.Module):
     """Running mean and variance of observations (Chan et al.'s parallel merge), kept as buffers so they travel
@@ -31,6 +33,8 @@ class RunningMeanStd(nn.Module):
         n = w.sum()
         batch_mean = (w[:, None] * x).sum(0) / n.clamp(min=1)
         batch_var = (w[:, None] * (x - batch_mean).square()).sum(0) / n.clamp(min=1)
+        # Under torchrun the batch is every rank's rows together, so every rank keeps the same statistics.
+        n, batch_mean, batch_var = merge_moments(n, batch_mean, batch_var)
         total = self.count + n
         # A batch of zero weight into empty statistics would divide 0 by 0; it must leave them as they are.
         safe_total = torch.where(total > 0, total, torch.ones_like(total))

@@ -15,8 +15,10 @@ import torch
 from torch import Tensor
 
 from rl_gpu.runtime.checkpoint import CheckpointError, atomic_write_bytes, load_checkpoint, save_checkpoint
+from rl_gpu.runtime.distributed import is_main_process
 from rl_gpu.training.evaluation import EvalResult
 from rl_gpu.training.lifecycle import check_checkpoint_belongs
+from rl_gpu.training.ranks import gather_payload, rank_trainer_state
 
 
 class CheckpointMixin:
@@ -61,8 +63,10 @@ class CheckpointMixin:
         self.baseline = EvalResult.from_dict(state["baseline"]) if state["baseline"] is not None else None
         self.validation_due = bool(state.get("validation_due", False))
 
-    def checkpoint_payload(self, validation: EvalResult | None = None) -> dict:
-        return {
+    def checkpoint_payload(self, validation: EvalResult | None = None, resumable: bool = True) -> dict:
+        """What a checkpoint file holds; without ``resumable``, no training state (no optimiser, environments,
+        random streams or replay buffer): only what evaluation, export and ``rl_gpu.load`` read."""
+        payload = {
             "env_id": self.config.env,
             "algo": self.config.algo,
             "policy_config": self.algo.policy.config(),
@@ -71,13 +75,24 @@ class CheckpointMixin:
             "seed": self.seed,
             "config": self.config.to_dict(),
             "validation": validation.to_dict() if validation is not None else None,
-            "trainer": self.state_dict(),
             # Kept at the top level too: evaluate/export read the policy without the trainer state.
             "algorithm": {"policy": self.algo.policy.state_dict()},
         }
+        if resumable:
+            payload["trainer"] = self.state_dict()
+        return payload
 
     def save(self, name: str, validation: EvalResult | None = None) -> None:
-        save_checkpoint(self.run_dir / name, self.checkpoint_payload(validation))
+        """Write ``name``; under torchrun every process calls this together. ``last.pt`` is what a run resumes
+        from: rank 0 writes every rank's state into the one file (:func:`rl_gpu.training.ranks.gather_payload`).
+        ``best.pt`` holds the policy and its validation only (a replay buffer of millions of transitions has no
+        business in it)."""
+        if name == "last.pt":
+            payload = gather_payload(self.checkpoint_payload(validation))
+        else:
+            payload = self.checkpoint_payload(validation, resumable=False) if is_main_process() else None
+        if payload is not None:
+            save_checkpoint(self.run_dir / name, payload)
 
     def state_is_finite(self) -> bool:
         """Whether every floating-point tensor of the algorithm's state (parameters, optimiser moments,
@@ -106,12 +121,12 @@ class CheckpointMixin:
                                   "continue; evaluate and export still read it, or start a new run")
         check_checkpoint_belongs(self.run_dir, payload)
         try:
-            self.load_state_dict(payload["trainer"])
+            self.load_state_dict(rank_trainer_state(payload, path))
         except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as e:
             raise CheckpointError(f"{path}: checkpoint does not match this run ({str(e).splitlines()[0][:160]})")
         self.resumed = True
         metrics = self.run_dir / "metrics.jsonl"
-        if metrics.exists():
+        if metrics.exists() and is_main_process():
             # A checkpoint without a baseline was written before the initial validation: its line goes too.
             last = self.update if self.baseline is not None else -1
             kept = []

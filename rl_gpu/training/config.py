@@ -18,8 +18,8 @@ from typing import Literal
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.sac.config import SACConfig
 from rl_gpu.algos.td3.config import TD3Config
-from rl_gpu.core.errors import UsageError
 from rl_gpu.core.device import check_threads
+from rl_gpu.core.errors import UsageError
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name, from_dict
 
 DEFAULT_ENV = "RussianRoulette-v0"
@@ -56,8 +56,20 @@ class TrainConfig:
     """output directory; each seed writes OUTPUT/seed-N/"""
     seeds: tuple[int, ...] = (11,)
     """one independent run per seed"""
+    parallel: bool = False
+    """PPO: train every seed at once in one process, each layer of the seeds' networks run as one batched call
+    over K x --num-envs rows; each seed keeps its own rows, random streams, optimiser, validations, early stop
+    and OUTPUT/seed-N/ files, equal to its lone run up to rounding (a seed's last.pt resumes alone)"""
+    pbt: bool = False
+    """with --parallel and at least 4 seeds: population-based training; the seeds start from learning rates,
+    ent_coef and clip_coef spread log-uniformly over [x/2, 2x] around the configured x, and every --pbt-interval
+    updates the bottom quarter by recent return copies the weights and optimiser state of a top-quarter seed and
+    takes its values, each times 0.8 or 1.2 (lineage in OUTPUT/pbt.json)"""
+    pbt_interval: int = 10
+    """--pbt: updates between two exploit-and-explore rounds"""
     num_envs: int = 4096
-    """N, environments stepped together"""
+    """N, environments stepped together; under torchrun, per process (K processes step K x N, and each update
+    learns from all of them)"""
     num_steps: int | None = None
     """T, steps per rollout (SAC, TD3: vector steps per iteration, each followed by its updates), at most
     1,000,000; None: the longest game for turn-based games, else 128 (SAC, TD3: 1)"""
@@ -78,9 +90,10 @@ class TrainConfig:
     """give up (exit code 1) after this many updates without success (at most 10**9; not used with
     --total-timesteps)"""
     total_timesteps: int | None = None
-    """step budget: train for this many environment steps, then stop (exit code 0, status budget_spent); the
-    learning-rate schedule runs over it and a success goal is optional (--solve-threshold, or a turn-based game's
-    --success-z, still ends the run early when met). At most 10**15; None: train by --max-updates"""
+    """step budget: train for this many environment steps (under torchrun, every process's together), then
+    stop (exit code 0, status budget_spent); the learning-rate schedule runs over it and a success goal is
+    optional (--solve-threshold, or a turn-based game's --success-z, still ends the run early when met). At most
+    10**15; None: train by --max-updates"""
     eval_every: int = 25
     """validate every this many updates"""
     eval_episodes: int = 16384
@@ -123,6 +136,22 @@ class TrainConfig:
     """plain progress: print a line every this many updates"""
     quiet: bool = False
     """plain progress lines instead of the live view (also when stdout is not a terminal)"""
+    self_play: bool = False
+    """two-player games: the learner plays both seats against a league (its latest self, past snapshots, the
+    uniform-random baseline; rl_gpu.training.league) instead of a uniform-random opponent; Elo ratings go to
+    metrics.jsonl and ratings.json; PPO only"""
+    snapshot_every: int = 10
+    """--self-play: a snapshot of the learner joins the pool every this many updates"""
+    pool_size: int = 8
+    """--self-play: most snapshots in the pool (the oldest is replaced)"""
+    pfsp: Literal["hard", "variance", "uniform"] = "variance"
+    """--self-play: how snapshots are picked, by the learner's expected score x against each: hard (1-x)^2,
+    variance x(1-x), uniform"""
+    latest_share: float = 0.5
+    """--self-play: share of games against the learner's latest self (with no snapshot yet, also the
+    snapshots' share)"""
+    baseline_share: float = 0.1
+    """--self-play: share of games against the uniform-random baseline (the rest: snapshots, by --pfsp)"""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO hyper-parameters (flags without a prefix: --gamma, --clip-coef, ...)"""
     sac: SACConfig = field(default_factory=SACConfig)
@@ -144,6 +173,9 @@ class TrainConfig:
                    "consecutive_passes": MAX_UPDATES, "threads": None, "log_every": MAX_UPDATES,
                    "checkpoint_every": MAX_UPDATES, "num_steps": MAX_NUM_STEPS, "total_timesteps": MAX_TIMESTEPS}
         check_bounds(self, bounded, label=flag_name)
+        check_bounds(self, {"pbt_interval": MAX_UPDATES}, label=flag_name)
+        if self.pbt and not self.parallel:
+            raise UsageError("--pbt trains a population: give --parallel too (and at least 4 --seeds)")
         if not self.seeds:
             raise UsageError("--seeds needs at least one seed")
         if len(set(self.seeds)) != len(self.seeds):
@@ -157,6 +189,11 @@ class TrainConfig:
             raise UsageError(f"--learning-rate must be positive, got {self.learning_rate!r}")
         if not self.hidden_sizes or any(h <= 0 for h in self.hidden_sizes):
             raise UsageError(f"--hidden-sizes must be positive widths, got {list(self.hidden_sizes)}")
+        check_bounds(self, {"snapshot_every": MAX_UPDATES, "pool_size": 1024}, label=flag_name)
+        shares = (self.latest_share, self.baseline_share)
+        if not all(0.0 <= v <= 1.0 for v in shares) or sum(shares) > 1.0:
+            raise UsageError(f"--latest-share and --baseline-share must each be in [0, 1] and sum to at most 1, "
+                             f"got {self.latest_share!r} and {self.baseline_share!r}")
         if not -20.0 <= self.init_log_std <= 20.0:
             # exp(log std) must stay a usable float32 standard deviation.
             raise UsageError(f"--init-log-std must be between -20 and 20, got {self.init_log_std!r}")
@@ -184,7 +221,7 @@ class TrainConfig:
 
 RESUMABLE_CHANGES = frozenset(
     {"max_updates", "total_timesteps", "device", "threads", "compile", "log_every", "checkpoint_every",
-     "final_eval_episodes", "resume", "overwrite", "output", "seeds", "config", "quiet"}
+     "final_eval_episodes", "resume", "overwrite", "output", "seeds", "config", "quiet", "parallel"}
 )
 """Fields that may differ from the saved configuration when a run is resumed."""
 

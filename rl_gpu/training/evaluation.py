@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import torch
+from torch import Tensor
 
 from rl_gpu.collect.reference import collect, episode_horizon
 from rl_gpu.core.seeding import derive_seed
@@ -65,7 +66,7 @@ class EvalResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "EvalResult":
+    def from_dict(cls, data: dict) -> EvalResult:
         """Inverse of :meth:`to_dict`."""
         data = dict(data)
         seats = [SeatResult(**s) for s in data.pop("seats")]
@@ -100,6 +101,7 @@ def evaluate_policy(
     num_envs: int = 4096,
     opponent: Actor | None = None,
     deterministic: bool = False,
+    gather: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None,
 ) -> EvalResult:
     """Play ``episodes`` complete episodes of fresh environments and summarise the learner's results.
 
@@ -111,6 +113,8 @@ def evaluate_policy(
         num_envs: the largest batch to use at once.
         opponent: the other seat's player in multi-player games (default uniform random).
         deterministic: the learner plays its most probable action.
+        gather: ``gather(returns, lengths, seats)`` (``[E]`` each) -> the episodes to summarise: under torchrun
+            every process's episodes together, so the result is that of all of them.
     """
     if episodes <= 0:
         raise ValueError(f"episodes must be positive, got {episodes}")
@@ -136,6 +140,9 @@ def evaluate_policy(
     ret = torch.cat(returns).double().cpu()
     length = torch.cat(lengths).double().cpu()
     seat = torch.cat(seats).cpu()
+    if gather is not None:
+        ret, length, seat = gather(ret, length, seat)
+        episodes = ret.numel()
     wins = int((ret > 0).sum())
     lo, hi = wilson_interval(wins, episodes)
     std = float(ret.std()) if episodes > 1 else 0.0

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
 from rl_gpu.runtime.checkpoint import atomic_write_json, load_checkpoint
+from rl_gpu.runtime.distributed import is_main_process
 from rl_gpu.training.evaluation import improvement_z
+from rl_gpu.training.ranks import read_on_main
 
 
 def final_evaluation(self, status: str, reason: str) -> dict:
@@ -19,9 +21,12 @@ def final_evaluation(self, status: str, reason: str) -> dict:
                      "train_seconds": self.train_seconds, "best_update": self.best_update,
                      "initial_validation": self.baseline.to_dict()}
     best_path = self.run_dir / "best.pt"
-    if best_path.exists():
+    # Read where the files are (rank 0 under torchrun) and handed to every process, which plays its share.
+    best_state = read_on_main(lambda: load_checkpoint(best_path)["algorithm"]["policy"] if best_path.exists()
+                              else None)
+    if best_state is not None:
         best = self.algo.initial_policy()
-        best.load_state_dict(load_checkpoint(best_path, self.device)["algorithm"]["policy"])
+        best.load_state_dict(best_state)
         n = cfg.final_eval_episodes
         final = {"best": self.evaluate(best, n, "final-eval"),
                  "initial": self.evaluate(self.initial_policy, n, "final-eval")}
@@ -38,5 +43,6 @@ def final_evaluation(self, status: str, reason: str) -> dict:
                 lines.append(f"  best vs {name}: {final['best'].win_rate - final[name].win_rate:+.4f} "
                              f"win rate, z = {z:+.1f}")
         self.log("\n".join(lines))
-    atomic_write_json(self.run_dir / "summary.json", summary)
+    if is_main_process():
+        atomic_write_json(self.run_dir / "summary.json", summary)
     return summary

@@ -88,13 +88,30 @@ class WinRateVsBaseline:
         return f"win rate {result.win_rate:.4f} [{result.ci_low:.4f}, {result.ci_high:.4f}]"
 
 
+@dataclass(frozen=True)
+class SelfPlayLeague(WinRateVsBaseline):
+    """Self-play against a league (:mod:`rl_gpu.training.league`): beating the uniform-random player is no
+    measure of progress (its best response is itself exploitable), so no validation passes and the run trains
+    until its limit; validations still report the win rate against uniform random. Where the game has an exact
+    exploitability the runner scores validations by it instead (lower is better)."""
+
+    def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
+        return False, "self-play: training until the limit"
+
+
 def goal_for(spec: EnvSpec, env_id: str, solve_threshold: float | None, success_z: float,
-             budget: bool = False) -> Goal:
+             budget: bool = False, self_play: bool = False) -> Goal:
     """The goal of a task: a win rate against the baseline for several players, else a return threshold.
 
     A single-player task needs ``solve_threshold`` unless the run has a step budget (``budget``): then success
-    is optional and, without a threshold, only the budget ends the run.
+    is optional and, without a threshold, only the budget ends the run. ``self_play`` (two-player games only,
+    else a :class:`UsageError`): :class:`SelfPlayLeague`.
     """
+    if self_play:
+        if spec.num_players != 2:
+            raise UsageError(f"--self-play needs a two-player game; {env_id} has {spec.num_players} "
+                             f"player{'s' if spec.num_players != 1 else ''}")
+        return SelfPlayLeague(success_z)
     if spec.num_players > 1:
         return WinRateVsBaseline(success_z)
     if solve_threshold is None:

@@ -17,9 +17,8 @@ import math
 import os
 import signal
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
 
 import torch
 from torch import Tensor
@@ -30,74 +29,37 @@ from rl_gpu.core.device import resolve_device
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import VecEnv
-from rl_gpu.envs.registry import is_known, make, registered_ids
+from rl_gpu.envs.registry import make
 from rl_gpu.runtime.checkpoint import CheckpointError, atomic_write_json, load_checkpoint
 from rl_gpu.runtime.compile import resolve_compile
+from rl_gpu.runtime.distributed import all_agree, is_main_process, rank, world_size
 from rl_gpu.runtime.hardware import run_environment
+from rl_gpu.training import ranks
 from rl_gpu.training.checkpointing import CheckpointMixin
-from rl_gpu.training.config import TrainConfig, check_machine_limits
+from rl_gpu.training.config import TrainConfig
 from rl_gpu.training.evaluation import EvalResult, evaluate_policy
 from rl_gpu.training.final_eval import final_evaluation
 from rl_gpu.training.goals import goal_for
+from rl_gpu.training.league import League, LeagueSettings, SelfPlay
 from rl_gpu.training.lifecycle import FINAL_STATUSES, check_checkpoint_belongs, check_resumable
-from rl_gpu.training.resources import check_memory
+from rl_gpu.training.outcome import (  # noqa: F401 (the names callers import from the runner)
+    COUNTS,
+    EXIT_GOAL_NOT_MET,
+    EXIT_NUMERICAL,
+    EXIT_SUCCESS,
+    EXIT_USAGE,
+    VOLATILE_METRICS,
+    MetricsLine,
+    PendingUpdate,
+    RunResult,
+    report_result,
+)
+from rl_gpu.training.preflight import check_env_id, check_run_memory, prepare  # noqa: F401
 from rl_gpu.training.run_dir import check_run_dirs, prepare_run_dir
-from rl_gpu.training.run_logger import PhaseMark, RunLogger
+from rl_gpu.training.run_logger import RunLogger
 from rl_gpu.training.seed_summary import describe as describe_seeds
 from rl_gpu.training.seed_summary import seed_summary
 from rl_gpu.training.signals import Stopped, StopRequest
-
-EXIT_SUCCESS, EXIT_GOAL_NOT_MET, EXIT_USAGE, EXIT_NUMERICAL = 0, 1, 2, 3
-"""Exit codes of ``rl-gpu train`` (a spent step budget is a success too); an interrupted run exits 128 + the
-signal number (130, 143)."""
-
-VOLATILE_METRICS = ("time", "steps_per_second", "collect_seconds", "update_seconds", "iterate_seconds")
-"""Fields of metrics.jsonl that measure wall time and so differ between otherwise identical runs."""
-
-COUNTS = ("episodes", "transitions")
-"""Metrics logged as integers."""
-
-
-class PendingUpdate(NamedTuple):
-    """An update whose metrics are still on the device."""
-
-    update: int
-    train_seconds: float
-    phases: list[PhaseMark]
-    values: Tensor
-    """``[len(algorithm.metric_names)]``: the iteration's metrics, stacked in one tensor."""
-
-
-class MetricsLine(NamedTuple):
-    """One update's ``metrics.jsonl`` line, as :meth:`RunLogger.log_update` takes it."""
-
-    update: int
-    global_step: int
-    record: dict
-    phases: list[PhaseMark]
-    finite: bool
-
-
-@dataclass
-class RunResult:
-    """Outcome of one seed's run. ``status`` is ``success``, ``goal_not_met``, ``budget_spent`` (the three
-    final ones: a summary.json is written), ``numerical_error``, ``paused`` or ``interrupted`` (then ``signum``
-    is the signal that stopped it)."""
-
-    seed: int
-    run_dir: Path
-    status: str
-    reason: str
-    summary: dict
-    signum: int | None = None
-
-    @property
-    def success(self) -> bool:
-        return self.status == "success"
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINAL_STATUSES
 
 
 class Trainer(CheckpointMixin):
@@ -109,30 +71,44 @@ class Trainer(CheckpointMixin):
         run_dir: where config, metrics, checkpoints and the summary go.
         log: where the trainer's messages go (``print`` routes them through the progress view).
         display: the progress view: ``auto`` (live on a terminal, else plain lines), ``plain`` or ``off``.
+        measure: ``measure(policy)`` -> the policy's exact exploitability (an object with ``value``, ``unit``
+            and ``describe()``), logged at each validation; None where the game has none.
     """
 
     def __init__(self, config: TrainConfig, seed: int, run_dir: Path, log: Callable[[str], None] = print,
-                 display: str = "auto") -> None:
+                 display: str = "auto", measure: Callable | None = None) -> None:
         self.config = config
+        self.measure = measure
         self.seed = seed
         self.run_dir = run_dir
         self.log = log
         self.display = display
         self.device = resolve_device(config.device)
         torch.manual_seed(derive_seed(seed, "torch"))
-        self.env: VecEnv = self.make_env(config.num_envs, derive_seed(seed, "train-env"))
+        self.env: VecEnv = self.make_env(config.num_envs, derive_seed(seed, "train-env", rank()))
         self.goal = goal_for(self.env.spec, config.env, config.solve_threshold, config.success_z,
-                             budget=config.total_timesteps is not None)
+                             budget=config.total_timesteps is not None, self_play=config.self_play)
         try:
             setup = Setup(
-                env=self.env, seed=seed, learning_rate=config.learning_rate, anneal_lr=config.anneal_lr,
+                env=self.env, seed=ranks.algorithm_seed(seed), learning_rate=config.learning_rate,
+                anneal_lr=config.anneal_lr,
                 num_steps=config.num_steps, hidden_sizes=tuple(config.hidden_sizes),
                 normalize_obs=config.normalize_obs, init_log_std=config.init_log_std,
-                compile=resolve_compile(config.compile, self.device),
+                compile=resolve_compile(ranks.resolve_compile(config.compile, self.device), self.device),
             )
             self.algo = make_algorithm(config.algo, setup, config.algo_config())
-        except ValueError as e:
+            self.league: League | None = None
+            if config.self_play:
+                if world_size() > 1:
+                    raise ValueError("--self-play runs in one process (each process would rate its own games): "
+                                     "start it without torchrun")
+                settings = LeagueSettings(config.snapshot_every, config.pool_size, config.pfsp,
+                                          config.latest_share, config.baseline_share)
+                self.league = League(self.algo.policy, config.num_envs, settings, derive_seed(seed, "league"))
+                self.algo = SelfPlay(self.algo, self.league)
+        except (ValueError, TypeError) as e:
             raise UsageError(str(e)) from None
+        ranks.share_start(self.algo, seed)
         self.num_steps = self.algo.num_steps
         self.reward_terms = tuple(self.env.spec.reward_terms)
         self.metric_names = tuple(self.algo.metric_names) + tuple(f"reward/{t}" for t in self.reward_terms)
@@ -151,8 +127,8 @@ class Trainer(CheckpointMixin):
         self.activity = ""
         """What the run is doing, for the message of a stop that cuts an evaluation short."""
         self.stop = StopRequest()
-        self.step_bound = config.num_envs * self.num_steps
-        """Transitions one update takes at most (turn-based games pad finished games, so take fewer)."""
+        self.step_bound = config.num_envs * self.num_steps * world_size()
+        """Transitions one update takes at most, all processes together (turn-based games pad, so take fewer)."""
 
     def make_env(self, num_envs: int, seed: int) -> VecEnv:
         try:
@@ -164,8 +140,8 @@ class Trainer(CheckpointMixin):
         """An evaluation that a stop signal cuts short (:class:`Stopped`): it writes nothing."""
         with self.stop.abortable():
             return evaluate_policy(
-                policy, self.make_env, episodes, derive_seed(self.seed, purpose),
-                deterministic=self.config.deterministic_eval,
+                policy, self.make_env, ranks.split_episodes(episodes), derive_seed(self.seed, purpose, rank()),
+                deterministic=self.config.deterministic_eval, gather=ranks.gather_episodes,
             )
 
     def run(self, stop: StopRequest | None = None, stop_after: int | None = None) -> RunResult:
@@ -174,7 +150,7 @@ class Trainer(CheckpointMixin):
         final status, evaluate best.pt and write summary.json."""
         cfg = self.config
         self.stop = stop if stop is not None else StopRequest()
-        if not (self.run_dir / "config.json").exists():
+        if is_main_process() and not (self.run_dir / "config.json").exists():
             atomic_write_json(self.run_dir / "config.json", {
                 **cfg.to_dict(), "seed": self.seed, "num_steps_resolved": self.num_steps,
                 "run_environment": run_environment(self.device),
@@ -231,7 +207,10 @@ class Trainer(CheckpointMixin):
             if original_log is print:
                 self.log = logger.print
             if fresh_baseline:
-                logger.log_validation(0, 0, {"score": goal.score(self.baseline), "passed": False, "streak": 0})
+                score, extra, note = self.measured(self.initial_policy, goal.score(self.baseline))
+                if note:
+                    self.log(f"[seed {self.seed}] initial policy:{note}")
+                logger.log_validation(0, 0, {"score": score, "passed": False, "streak": 0, **extra})
                 self.save("last.pt")  # now with the baseline
             try:
                 if self.validation_due:  # a stop came before this update's validation: it goes first
@@ -251,6 +230,7 @@ class Trainer(CheckpointMixin):
                 while not status:
                     step_start = time.perf_counter()
                     values = self.train_one_update(logger)
+                    stop.agree()  # under torchrun: a signal on any process stops every one here
                     self.train_seconds += time.perf_counter() - step_start
                     pending.append(PendingUpdate(self.update, self.train_seconds, logger.take_phases(), values))
                     updates_this_call += 1
@@ -275,7 +255,7 @@ class Trainer(CheckpointMixin):
                     # Parameters can turn non-finite before any loss does (a huge step): checked, once for all
                     # tensors, whenever the state is about to be validated or saved.
                     saving = validate or checkpoint or at_limit or pause or stop.signum is not None
-                    bad_state = bad is None and saving and not self.state_is_finite()
+                    bad_state = all_agree(bad is None and saving and not self.state_is_finite())
                     if bad is None and not bad_state and validate:
                         self.activity = f"the validation at update {self.update}"
                         try:
@@ -324,6 +304,8 @@ class Trainer(CheckpointMixin):
     def run_logger(self) -> RunLogger:
         """The run's metrics.jsonl + TensorBoard + progress view; trainer messages print through it."""
         cfg = self.config
+        if not is_main_process():
+            return ranks.QuietLogger()  # type: ignore[return-value]
         return RunLogger(
             self.run_dir, label=f"seed {self.seed}",
             total_updates=-(-cfg.total_timesteps // self.step_bound) if cfg.total_timesteps else cfg.max_updates,
@@ -342,7 +324,8 @@ class Trainer(CheckpointMixin):
         metrics = self.algo.iterate(phase=logger.phase)
         if self.reward_terms:
             metrics.update({f"reward/{k}": v for k, v in self.env.reward_term_stats().items()})
-        values = torch.stack([metrics[name].detach().float() for name in self.metric_names])
+        values = ranks.reduce_metrics(torch.stack([metrics[name].detach().float() for name in self.metric_names]),
+                                      self.metric_names)
         self.update += 1
         return values
 
@@ -384,12 +367,26 @@ class Trainer(CheckpointMixin):
         result = self.evaluate(self.algo.policy, cfg.eval_episodes, "validation")
         ok, why = goal.passes(result, self.baseline)
         self.streak = self.streak + 1 if ok and self.update >= cfg.min_updates else 0
-        if goal.score(result) > self.best_score:
-            self.best_score, self.best_update = goal.score(result), self.update
+        score, extra, note = self.measured(self.algo.policy, goal.score(result))
+        if self.league is not None and is_main_process():
+            atomic_write_json(self.run_dir / "ratings.json", {"update": self.update,
+                                                              **self.league.ratings_table()})
+        if score > self.best_score:
+            self.best_score, self.best_update = score, self.update
             self.save("best.pt", result)
-        self.log(f"[seed {self.seed}] validation @ {self.update}: {goal.describe(result)}  {why}  "
+        self.log(f"[seed {self.seed}] validation @ {self.update}: {goal.describe(result)}{note}  {why}  "
                  f"{'PASS' if ok else 'fail'} streak {self.streak}/{cfg.consecutive_passes}")
-        return {"score": goal.score(result), "passed": ok, "streak": self.streak}
+        return {"score": score, "passed": ok, "streak": self.streak, **extra}
+
+    def measured(self, policy, score: float) -> tuple[float, dict, str]:
+        """``(score, extra record entries, log note)`` of a validation with the policy's exploitability, when
+        the run measures it (self-play scores by it: the least exploitable policy is the best)."""
+        if self.measure is None:
+            return score, {}, ""
+        measured = self.measure(policy)
+        if self.league is not None:
+            score = -measured.value
+        return score, {"exploitability": measured.value}, f"  exploitability {measured.describe()}"
 
     def final_evaluation(self, status: str, reason: str) -> dict:
         """Re-evaluate best.pt, the initial policy and a uniform-random player on fresh seeds; write
@@ -397,62 +394,37 @@ class Trainer(CheckpointMixin):
         return final_evaluation(self, status, reason)
 
 
-def check_env_id(env_id: str) -> None:
-    if not is_known(env_id):
-        raise UsageError(f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}, "
-                         "gym:<any Gymnasium id>, or package.module:ClassName")
-
-
-def _prepare(config: TrainConfig) -> torch.device:
-    """Checks that need no files, in the order a user would fix them; returns the device."""
-    check_machine_limits(config)
-    check_env_id(config.env)
-    device = resolve_device(config.device)
-    torch.set_num_threads(config.threads)
-    return device
-
-
-def _check_memory(config: TrainConfig, device: torch.device) -> None:
-    """Refuse a run too large for ``device``, judged from one environment's spec (nothing large allocated)."""
-    try:
-        probe = make(config.env, num_envs=1, device=device, seed=0, validate_actions=False)
-    except ImportError as e:
-        raise UsageError(str(e)) from None
-    spec = probe.spec
-    close = getattr(probe, "close", None)
-    if callable(close):
-        close()
-    check_memory(config, spec, device)
-
-
 def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None,
-          display: str = "auto") -> list[RunResult]:
+          display: str = "auto", measure: Callable | None = None) -> list[RunResult]:
     """Run every seed of ``config``; each writes ``OUTPUT/seed-N/``, and a run of several seeds that all
     finish writes ``OUTPUT/summary.json`` (:mod:`rl_gpu.training.seed_summary`). Input errors raise
     :class:`UsageError` before anything is written. A stop signal or ``stop_after`` ends the call after the
     current seed's checkpoint; the remaining seeds are not started (a stop between two seeds is reported as
     an ``interrupted`` result for the seed that was next, with no directory)."""
-    device = _prepare(config)
-    run_dirs = [config.output / f"seed-{seed}" for seed in config.seeds]
-    check_run_dirs(run_dirs, config.overwrite)
-    summary_path = config.output / "summary.json"
-    several = len(config.seeds) > 1
-    if several and not config.overwrite and os.path.lexists(summary_path):
-        raise UsageError(f"{summary_path} already exists (the summary of earlier seeds); pass --overwrite to "
-                         "replace it, or choose another --output")
-    _check_memory(config, device)
+    log = ranks.rank_log(log)
+    with ranks.agreed_errors(config):  # under torchrun: every process checks before rank 0 writes anything
+        device = prepare(config)
+        run_dirs = [config.output / f"seed-{seed}" for seed in config.seeds]
+        check_run_dirs(run_dirs, config.overwrite)
+        summary_path = config.output / "summary.json"
+        several = len(config.seeds) > 1
+        if several and not config.overwrite and os.path.lexists(summary_path):
+            raise UsageError(f"{summary_path} already exists (the summary of earlier seeds); pass --overwrite to "
+                             "replace it, or choose another --output")
+        check_run_memory(config, device)
     results: list[RunResult] = []
     multi_player = False
-    with StopRequest() as stop:
+    with ranks.stop_request() as stop:
         for seed, run_dir in zip(config.seeds, run_dirs):
             if stop.signum is not None:
                 results.append(RunResult(seed, run_dir, "interrupted", f"{signal.Signals(stop.signum).name} "
                                          f"received before seed {seed} started", {}, stop.signum))
                 break
-            trainer = Trainer(config, seed, run_dir, log, display)
+            trainer = Trainer(config, seed, run_dir, log, display, measure)
             multi_player = trainer.goal.multi_player
-            prepare_run_dir(run_dir, config.overwrite)
-            results.append(_finish(trainer.run(stop, stop_after), log))
+            if is_main_process():
+                prepare_run_dir(run_dir, config.overwrite)
+            results.append(report_result(trainer.run(stop, stop_after), log))
             if not results[-1].finished:
                 break
     if several and len(results) == len(config.seeds) and all(r.finished for r in results):
@@ -463,27 +435,22 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
 
 
 def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = print,
-           stop_after: int | None = None, display: str = "auto") -> RunResult:
+           stop_after: int | None = None, display: str = "auto", measure: Callable | None = None) -> RunResult:
     """Continue the run in ``run_dir`` from its ``last.pt`` with ``config`` (the saved one, possibly with a
     larger ``max_updates`` or ``total_timesteps``). A last.pt that belongs to another run, or a finished run
     whose limit was not raised, is refused before anything is written."""
-    device = _prepare(config)
-    run_dir = Path(run_dir)
-    payload = load_checkpoint(run_dir / "last.pt", device)
-    seed = payload.get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise CheckpointError(f"{run_dir / 'last.pt'}: not a resumable checkpoint (it records no seed)")
-    check_checkpoint_belongs(run_dir, payload)
-    check_resumable(run_dir, payload, config)
-    _check_memory(config, device)
-    trainer = Trainer(config, seed, run_dir, log, display)
+    log = ranks.rank_log(log)
+    with ranks.agreed_errors(config):  # under torchrun: every process reads the run directory (a shared one)
+        device = prepare(config)
+        run_dir = Path(run_dir)
+        payload = load_checkpoint(run_dir / "last.pt", device)
+        seed = payload.get("seed")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise CheckpointError(f"{run_dir / 'last.pt'}: not a resumable checkpoint (it records no seed)")
+        check_checkpoint_belongs(run_dir, payload)
+        check_resumable(run_dir, payload, config)
+        check_run_memory(config, device)
+    trainer = Trainer(config, seed, run_dir, log, display, measure)
     trainer.resume_from(run_dir / "last.pt", payload)
-    with StopRequest() as stop:
-        return _finish(trainer.run(stop, stop_after), log)
-
-
-def _finish(result: RunResult, log: Callable[[str], None]) -> RunResult:
-    labels = {"success": "SUCCESS", "goal_not_met": "FAILED", "budget_spent": "BUDGET SPENT",
-              "numerical_error": "NUMERICAL ERROR", "interrupted": "INTERRUPTED", "paused": "PAUSED"}
-    log(f"[seed {result.seed}] {labels[result.status]}: {result.reason}. Files in {result.run_dir}/")
-    return result
+    with ranks.stop_request() as stop:
+        return report_result(trainer.run(stop, stop_after), log)

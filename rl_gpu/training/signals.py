@@ -30,7 +30,7 @@ class StopRequest:
         self._previous: dict[int, object] = {}
         self._abortable = 0
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -56,6 +56,10 @@ class StopRequest:
         self.signum = signum
         if self._abortable:
             raise Stopped(signum)
+
+    def agree(self) -> None:
+        """Make the stop decision the same on every process of a torchrun launch (a no-op for one process:
+        :class:`~rl_gpu.training.ranks.RankStopRequest` overrides it)."""
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():

@@ -160,7 +160,7 @@ def test_min_updates_of_a_preset_is_lowered_to_a_smaller_max_updates(cwd, monkey
     import rl_gpu.training.runner as runner
 
     seen = {}
-    monkeypatch.setattr(runner, "train", lambda config: seen.setdefault("config", config) and [])
+    monkeypatch.setattr(runner, "train", lambda config, **kw: seen.setdefault("config", config) and [])
     code, _, err = call("--max-updates", "20", "--output", "out")
     assert code == 0, err
     assert seen["config"].min_updates == seen["config"].max_updates == 20

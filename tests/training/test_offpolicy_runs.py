@@ -63,6 +63,8 @@ def test_stop_and_resume_is_bit_identical(tmp_path, algo):
     policy, payload = load_policy(tmp_path / "a" / "seed-5" / "best.pt")
     assert payload["algo"] == algo and policy.config()["kind"] == ("squashed_gaussian" if algo == "sac"
                                                                   else "deterministic")
+    # ... and no training state: the replay buffer stays in last.pt alone.
+    assert "trainer" not in payload and "replay" in a
 
 
 def test_a_checkpoint_without_the_buffer_resumes_with_a_note(tmp_path):

@@ -51,7 +51,7 @@ def _files(run_dir):
 
 
 def _policy(run_dir, name="last.pt"):
-    return load_checkpoint(run_dir / name)["trainer"]["algorithm"]["policy"]
+    return load_checkpoint(run_dir / name)["algorithm"]["policy"]
 
 
 def _lines(run_dir):
@@ -172,9 +172,13 @@ def test_a_huge_learning_rate_exits_3_with_finite_checkpoints(tmp_path):
     assert f"holds the last finite state (update {saved['update']})" in err
     for path in run_dir.glob("*.pt"):
         payload = load_checkpoint(path)
-        tensors = [*payload["algorithm"]["policy"].values(),
-                   *[t for s in payload["trainer"]["algorithm"]["optimizer"]["state"].values() for t in s.values()]]
+        # best.pt holds the policy only; last.pt the whole training state.
+        trainer = payload.get("trainer", {"algorithm": {"policy": {}, "optimizer": {"state": {}}}})
+        tensors = [*payload["algorithm"]["policy"].values(), *trainer["algorithm"]["policy"].values(),
+                   *[t for s in trainer["algorithm"]["optimizer"]["state"].values() for t in s.values()]]
         assert all(torch.isfinite(t).all() for t in tensors if t.is_floating_point()), path
+    assert "trainer" in saved
+    assert all("trainer" not in load_checkpoint(path) for path in run_dir.glob("best.pt"))
 
 
 def test_a_step_budget_ends_the_run_and_drives_the_schedule(tmp_path):

@@ -33,6 +33,7 @@ from rl_gpu.data.replay import ReplayBuffer
 from rl_gpu.nn.ensemble import EnsembleMLP
 from rl_gpu.nn.squashed import SquashedActor
 from rl_gpu.runtime.compile import GraphedFunction, compile_unit, resolve_compile
+from rl_gpu.runtime.distributed import all_reduce_grads_
 
 DEFAULT_NUM_STEPS = 1
 """T when the setup gives none: one vector step per iteration."""
@@ -172,6 +173,9 @@ class OffPolicyAlgorithm(LearningRateSchedule):
             loss, stats = self._unit(actor_step)(bits[i], noise[i])
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            # Under torchrun: every rank steps with the gradient of all ranks' batches (a no-op otherwise).
+            all_reduce_grads_([p.grad for group in self.optimizer.param_groups for p in group["params"]
+                               if p.grad is not None])
             self.optimizer.step()
             self._after_update(actor_step)
             totals = totals + stats

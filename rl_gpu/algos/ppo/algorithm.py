@@ -23,7 +23,7 @@ from rl_gpu.algos.ppo.update import (
 from rl_gpu.collect.engine import RolloutEngine, RolloutNoise
 from rl_gpu.collect.reference import collect
 from rl_gpu.core.seeding import derive_seed
-from rl_gpu.core.types import VecEnv
+from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import policy_for_env
 from rl_gpu.nn.normalization import RewardNormalizer
@@ -96,9 +96,12 @@ class PPO(LearningRateSchedule):
         self.resume_notes: tuple[str, ...] = ()
         self.last_rollout: Rollout | None = None
         """The rollout the last :meth:`iterate` learned from (storage reused by the next call)."""
+        self.opponent: Actor | None = None
+        """Plays the other seat of turn-based games (None: uniform random); set before the first collection
+        (engines keep the opponent they were built with), e.g. by :class:`rl_gpu.training.league.SelfPlay`."""
 
     @classmethod
-    def from_setup(cls, setup: Setup, config: PPOConfig) -> "PPO":
+    def from_setup(cls, setup: Setup, config: PPOConfig) -> PPO:
         """The runner's constructor: an actor-critic sized for ``setup.env``, bound to it."""
         env = setup.env
         policy = policy_for_env(env.spec, setup.hidden_sizes, setup.normalize_obs, setup.init_log_std)
@@ -145,7 +148,7 @@ class PPO(LearningRateSchedule):
         engine = self._engines.get(key)
         if engine is None:
             engine = self._engines[key] = RolloutEngine(self._policy, env, num_steps, episodic=episodic,
-                                                        compile=self.compile)
+                                                        opponent=self.opponent, compile=self.compile)
         return engine
 
     def _permutations(self, num_slots: int) -> Tensor:
@@ -208,7 +211,7 @@ class PPO(LearningRateSchedule):
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
         if not env.spec.functional:
             return collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic,
-                           opponent_rng=opponent_rng)
+                           opponent=self.opponent, opponent_rng=opponent_rng)
         engine = self.engine(env, num_steps, episodic)
         noise = engine.draw(self.policy_rng, opponent_rng)
         if self._graphed():

@@ -1,0 +1,121 @@
+"""K networks of one architecture evaluated as one: their parameters and buffers stacked along a leading ``[K]``
+axis and every method called through one ``torch.func.vmap`` over ``torch.func.functional_call``, so each layer
+runs as one batched matrix multiply over the members.
+
+Shape legend: K = members, N = rows per member, O = observation shape, A = discrete actions.
+
+The member modules stay ordinary ``nn.Module`` objects holding their own leaf parameters (each can be saved,
+evaluated and exported alone); :meth:`StackedModules.stack` builds the ``[K, ...]`` tensors from them with
+``torch.stack``, which autograd differentiates, so a backward pass through a stacked call leaves each member's
+gradient in its own parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+
+from rl_gpu.core.types import PolicyOutput
+
+
+class _MethodCall(nn.Module):
+    """``forward(method, *args)`` calls ``module.<method>(*args)``: what lets ``functional_call`` (which only
+    calls ``forward``) reach ``act``, ``evaluate`` and ``value``."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, method: str, *args: Any) -> Any:
+        return getattr(self.module, method)(*args)
+
+
+class StackedModules:
+    """Calls of K same-shaped modules as one vmapped call.
+
+    Args:
+        members: K modules with the same parameter and buffer names and shapes (member 0 is the template the
+            calls run through; its own tensors are swapped out for the stacked ones during a call).
+    """
+
+    def __init__(self, members: Sequence[nn.Module]) -> None:
+        if not members:
+            raise ValueError("a population needs at least one member")
+        self.members = list(members)
+        self._caller = _MethodCall(self.members[0])
+        shapes = [[(n, t.shape) for n, t in m.state_dict().items()] for m in self.members]
+        if any(s != shapes[0] for s in shapes):
+            raise ValueError("population members must have the same architecture (parameter names and shapes)")
+        self._param_names = [f"module.{n}" for n, _ in self.members[0].named_parameters()]
+        self._buffer_names = [f"module.{n}" for n, _ in self.members[0].named_buffers()]
+        self.member_params = [list(m.parameters()) for m in self.members]
+        """Each member's own parameters (the leaves its gradients land in)."""
+        self._buffers = [list(m.buffers()) for m in self.members]
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def stack(self, grad: bool = True) -> dict[str, Tensor]:
+        """``name -> [K, ...]`` parameters and buffers of every member, stacked (differentiable when ``grad``:
+        gradients flow back to each member's own parameters)."""
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+            params = [torch.stack(ts) for ts in zip(*self.member_params)]
+        buffers = [torch.stack(ts) for ts in zip(*self._buffers)]
+        return {**dict(zip(self._param_names, params)), **dict(zip(self._buffer_names, buffers))}
+
+    def call(self, state: dict[str, Tensor], method: str, *args: Any) -> Any:
+        """``member_k.<method>(*args_k)`` for every k at once: tensor arguments are ``[K, ...]`` (member k reads
+        index k), other arguments (None, flags, configurations) are shared. Returns the method's outputs with a
+        leading ``[K]`` axis."""
+        in_dims = (0, *(0 if isinstance(a, (Tensor, dict)) else None for a in args))
+        return vmap(partial(self.call_member, method), in_dims=in_dims)(state, *args)
+
+    def call_member(self, method: str, state: dict[str, Tensor], *args: Any) -> Any:
+        """One member's ``<method>(*args)`` with ``state`` (one member's slice of :meth:`stack`, as vmap
+        passes it) in place of the template's own tensors."""
+        return functional_call(self._caller, state, (method, *args), strict=True)
+
+
+def _split(x: Tensor | None, k: int) -> Tensor | None:
+    """``[K * N, ...]`` rows -> ``[K, N, ...]`` (member k owns rows ``k*N:(k+1)*N``)."""
+    return None if x is None else x.view(k, x.shape[0] // k, *x.shape[1:])
+
+
+def _merge(x: Tensor) -> Tensor:
+    return x.flatten(0, 1)
+
+
+class StackedActor:
+    """The :class:`~rl_gpu.core.types.Actor` of a population over ``[K * N]`` rows, member k acting on rows
+    ``k*N:(k+1)*N`` with its own parameters; what a :class:`~rl_gpu.collect.engine.RolloutEngine` over the
+    population's ``K * N``-row environment calls. :meth:`refresh` takes the members' current parameters (once
+    per rollout: they do not change while it is collected)."""
+
+    def __init__(self, stacked: StackedModules) -> None:
+        self.stacked = stacked
+        self.is_continuous = stacked.members[0].is_continuous
+        self.state: dict[str, Tensor] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.state = self.stacked.stack(grad=False)
+
+    def act(self, obs: Tensor, action_mask: Tensor | None = None, generator: torch.Generator | None = None,
+            deterministic: bool = False, noise: Tensor | None = None,
+            critic_obs: Tensor | None = None) -> PolicyOutput:
+        if generator is not None:
+            raise ValueError("a stacked population acts from pre-drawn noise (one stream per member), not from "
+                             "one generator")
+        k = len(self.stacked)
+        out = self.stacked.call(self.state, "act", _split(obs, k), _split(action_mask, k), None, deterministic,
+                                _split(noise, k), _split(critic_obs, k))
+        return PolicyOutput(*(_merge(x) for x in out))
+
+    def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
+        k = len(self.stacked)
+        return _merge(self.stacked.call(self.state, "value", _split(obs, k), _split(critic_obs, k)))

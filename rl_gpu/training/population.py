@@ -1,0 +1,249 @@
+"""``rl-gpu train --parallel``: every seed of a run trained at once in one process, as one
+:class:`~rl_gpu.algos.population.ppo.PopulationPPO` (and, with ``--pbt``, population-based training over it).
+
+Each seed keeps the whole of a lone run: a :class:`~rl_gpu.training.runner.Trainer` with its own environment,
+PPO, validations, early stop, checkpoints and summary in ``OUTPUT/seed-N/`` (the same files, in the same format,
+as ``--seeds`` without ``--parallel`` writes). The trainers run in threads; each one's ``iterate`` waits at a
+barrier until every trainer still running has asked for its next iteration, and the last to arrive runs one
+population iteration for all of them (so the device work is done by one thread at a time). A trainer that stops
+(success, budget, fault, pause) leaves the barrier; its rows keep being stepped, frozen.
+
+A stop signal is noticed by every trainer at its next update boundary (or when its next evaluation starts) and
+each saves its last.pt; a second signal interrupts at once. Every seed's last.pt resumes alone, without
+``--parallel`` (``--resume OUTPUT/seed-N``), exactly as a lone run's does, except under ``--pbt``, whose members'
+hyper-parameters are no longer their configuration's (such a resume is refused).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor, nn
+
+from rl_gpu.algos.base import PhaseTimer, no_phase
+from rl_gpu.algos.population.pbt import PBT
+from rl_gpu.algos.population.ppo import PopulationPPO
+from rl_gpu.core.errors import UsageError
+from rl_gpu.core.seeding import derive_seed
+from rl_gpu.runtime.checkpoint import atomic_write_json
+from rl_gpu.runtime.distributed import world_size
+from rl_gpu.training.config import TrainConfig
+from rl_gpu.training.outcome import RunResult, report_result
+from rl_gpu.training.preflight import check_run_memory, prepare
+from rl_gpu.training.run_dir import check_run_dirs, prepare_run_dir
+from rl_gpu.training.runner import Trainer
+from rl_gpu.training.seed_summary import describe as describe_seeds
+from rl_gpu.training.seed_summary import seed_summary
+from rl_gpu.training.signals import StopRequest
+
+PBT_FILE = "pbt.json"
+"""``OUTPUT/pbt.json``: the PBT lineage (initial hyper-parameters, every round's scores and exploits)."""
+
+
+class PopulationStop(StopRequest):
+    """One :class:`StopRequest` shared by every member's trainer. The signal arrives in the main thread, which
+    only waits for the trainers: the first signal is recorded (each trainer stops at its next boundary), a
+    second raises ``KeyboardInterrupt`` there."""
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+
+class Coordinator:
+    """The barrier between the member trainers and the population: :meth:`iterate` returns member ``k``'s
+    metrics of the next population iteration, run once every active member has asked for it."""
+
+    def __init__(self, population: PopulationPPO, pbt: PBT | None, lineage: Callable[[dict], None]) -> None:
+        self.population = population
+        self.pbt = pbt
+        self.write_lineage = lineage
+        self.active = [True] * population.k
+        self.waiting: set[int] = set()
+        self.generation = 0
+        self.metrics: dict[str, Tensor] = {}
+        self.error: BaseException | None = None
+        self.cond = threading.Condition()
+
+    def _ready(self) -> bool:
+        return any(self.active) and all(i in self.waiting for i, on in enumerate(self.active) if on)
+
+    def _step(self) -> None:
+        """One population iteration (the caller holds the lock)."""
+        try:
+            self.metrics = self.population.iterate(self.active)
+            if self.pbt is not None:
+                self.pbt.after_iteration(self.metrics, self.active)
+                if self.pbt.iteration % self.pbt.interval == 0:
+                    self.write_lineage(self.pbt.lineage)
+        except BaseException as e:  # noqa: BLE001 -- handed to every waiting trainer, which re-raises it
+            self.error = e
+        self.waiting.clear()
+        self.generation += 1
+        self.cond.notify_all()
+
+    def iterate(self, k: int) -> dict[str, Tensor]:
+        with self.cond:
+            if self.error is not None:
+                raise RuntimeError("the population's iteration failed") from self.error
+            generation = self.generation
+            self.waiting.add(k)
+            if self._ready():
+                self._step()
+            while self.generation == generation:
+                self.cond.wait()
+            if self.error is not None:
+                raise RuntimeError("the population's iteration failed") from self.error
+            return {name: value[k] for name, value in self.metrics.items()}
+
+    def leave(self, k: int) -> None:
+        """Member ``k`` stopped: it is frozen, and the others no longer wait for it."""
+        with self.cond:
+            self.active[k] = False
+            self.waiting.discard(k)
+            if self._ready() and self.error is None:
+                self._step()
+
+
+class MemberPPO:
+    """The :class:`~rl_gpu.algos.base.Algorithm` a member's trainer talks to: its own PPO for everything but
+    ``iterate``, which goes through the population."""
+
+    def __init__(self, ppo: Any, coordinator: Coordinator, index: int) -> None:
+        self.ppo = ppo
+        self.coordinator = coordinator
+        self.index = index
+        self.metric_names = ppo.metric_names
+        self.num_steps = ppo.num_steps
+        self.resume_notes: tuple[str, ...] = ()
+
+    @property
+    def policy(self) -> nn.Module:
+        return self.ppo.policy
+
+    def iterate(self, *, phase: PhaseTimer = no_phase) -> dict[str, Tensor]:
+        with phase("iterate"):
+            return self.coordinator.iterate(self.index)
+
+    def initial_policy(self) -> nn.Module:
+        return self.ppo.initial_policy()
+
+    def set_progress(self, fraction: float) -> None:
+        self.ppo.set_progress(fraction)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.ppo.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.ppo.load_state_dict(state)
+
+
+class MemberTrainer(Trainer):
+    """A member's trainer; under PBT its checkpoints say so (their hyper-parameters are not the saved
+    configuration's, so a lone resume could not continue them exactly and is refused)."""
+
+    pbt = False
+
+    def checkpoint_payload(self, validation=None, resumable: bool = True) -> dict:
+        payload = super().checkpoint_payload(validation, resumable)
+        if self.pbt:
+            payload["pbt_member"] = True
+        return payload
+
+
+def check_population(config: TrainConfig) -> None:
+    """Refuse what a population cannot run, before anything is written."""
+    if config.algo != "ppo":
+        raise UsageError(f"--parallel trains populations of PPO only, not --algo {config.algo}: without "
+                         "--parallel the seeds run one after another")
+    if config.self_play:
+        raise UsageError("--parallel and --self-play cannot be combined: a population's members play "
+                         "uniform-random opponents")
+    if world_size() > 1:
+        raise UsageError("--parallel trains a population in one process: do not launch it under torchrun")
+    if config.pbt and len(config.seeds) < 4:
+        raise UsageError(f"--pbt needs at least 4 seeds (the bottom quarter copies the top quarter), got "
+                         f"{len(config.seeds)}")
+
+
+def train_population(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None,
+                     display: str = "auto") -> list[RunResult]:
+    """Train every seed of ``config`` at once (``--parallel``); writes what :func:`~rl_gpu.training.runner.train`
+    writes (``OUTPUT/seed-N/`` each, and ``OUTPUT/summary.json`` over the seeds once all have finished), plus
+    ``OUTPUT/pbt.json`` with ``--pbt``."""
+    check_population(config)
+    device = prepare(config)
+    if config.compile not in ("auto", "off"):
+        raise UsageError(f"--parallel runs eagerly: --compile {config.compile} is not supported with it "
+                         "(use --compile off or auto)")
+    config = dataclasses.replace(config, compile="off")
+    run_dirs = [config.output / f"seed-{seed}" for seed in config.seeds]
+    check_run_dirs(run_dirs, config.overwrite)
+    k = len(config.seeds)
+    extra = ([config.output / "summary.json"] if k > 1 else []) + ([config.output / PBT_FILE] if config.pbt else [])
+    for path in extra:
+        if not config.overwrite and os.path.lexists(path):
+            raise UsageError(f"{path} already exists (from an earlier run); pass --overwrite to replace it, or "
+                             "choose another --output")
+    check_run_memory(dataclasses.replace(config, num_envs=config.num_envs * k), device)
+    display = "plain" if display in ("auto", "live") else display
+    trainers = [MemberTrainer(config, seed, run_dir, log, display) for seed, run_dir in zip(config.seeds, run_dirs)]
+    if trainers[0].reward_terms:
+        raise UsageError(f"--parallel: {config.env} reports reward terms per environment, which a population "
+                         "stepping every seed's rows as one batch does not keep apart; run the seeds without "
+                         "--parallel")
+    stepper = trainers[0].make_env(config.num_envs * k, 0)
+    try:
+        population = PopulationPPO([t.algo for t in trainers], stepper)
+    except ValueError as e:
+        raise UsageError(f"--parallel: {e}") from None
+    pbt = PBT(population, config.pbt_interval, derive_seed(config.seeds[0], "pbt")) if config.pbt else None
+
+    def write_lineage(lineage: dict) -> None:
+        atomic_write_json(config.output / PBT_FILE, {"seeds": list(config.seeds), **lineage})
+
+    coordinator = Coordinator(population, pbt, write_lineage)
+    for i, trainer in enumerate(trainers):
+        trainer.pbt = config.pbt
+        trainer.algo = MemberPPO(trainer.algo, coordinator, i)
+        prepare_run_dir(trainer.run_dir, config.overwrite)
+    log(f"population of {k} seeds ({', '.join(map(str, config.seeds))}) on {device}: N={config.num_envs} rows "
+        f"each, {k * config.num_envs} stepped together" + (f"; PBT every {config.pbt_interval} iterations"
+                                                             if pbt else ""))
+    results: list[RunResult | None] = [None] * k
+    errors: list[BaseException] = []
+
+    def run(i: int, stop: StopRequest) -> None:
+        try:
+            results[i] = report_result(trainers[i].run(stop, stop_after), log)
+        except BaseException as e:  # noqa: BLE001 -- re-raised in the main thread once every trainer is done
+            errors.append(e)
+        finally:
+            coordinator.leave(i)
+
+    with PopulationStop() as stop:
+        threads = [threading.Thread(target=run, args=(i, stop), name=f"seed-{s}", daemon=True)
+                   for i, s in enumerate(config.seeds)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+    if pbt is not None:
+        write_lineage(pbt.lineage)
+    if errors:
+        raise errors[0]
+    done = [r for r in results if r is not None]
+    if len(done) == k and all(r.finished for r in done) and k > 1:
+        across = seed_summary([r.summary for r in done], trainers[0].goal.multi_player)
+        summary_path = config.output / "summary.json"
+        atomic_write_json(summary_path, {"env": config.env, "output": str(config.output), "parallel": True,
+                                         **({"pbt": str(config.output / PBT_FILE)} if pbt else {}), **across})
+        log(describe_seeds(across) + f"\nsummary of all seeds: {summary_path}")
+    return done
+

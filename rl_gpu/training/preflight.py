@@ -1,0 +1,41 @@
+"""Checks of a training run that need no files, made before anything is written: the machine's limits, the
+environment id, the device, and whether the run fits in the device's memory."""
+
+from __future__ import annotations
+
+import torch
+
+from rl_gpu.core.device import resolve_device
+from rl_gpu.core.errors import UsageError
+from rl_gpu.envs.registry import is_known, make, registered_ids
+from rl_gpu.training.config import TrainConfig, check_machine_limits
+from rl_gpu.training.resources import check_memory
+
+
+def check_env_id(env_id: str) -> None:
+    """Refuse an environment id that is neither registered, nor ``gym:``, nor ``module:Class``."""
+    if not is_known(env_id):
+        raise UsageError(f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}, "
+                         "gym:<any Gymnasium id>, or package.module:ClassName")
+
+
+def prepare(config: TrainConfig) -> torch.device:
+    """Checks that need no files, in the order a user would fix them; returns the device."""
+    check_machine_limits(config)
+    check_env_id(config.env)
+    device = resolve_device(config.device)
+    torch.set_num_threads(config.threads)
+    return device
+
+
+def check_run_memory(config: TrainConfig, device: torch.device) -> None:
+    """Refuse a run too large for ``device``, judged from one environment's spec (nothing large allocated)."""
+    try:
+        probe = make(config.env, num_envs=1, device=device, seed=0, validate_actions=False)
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    spec = probe.spec
+    close = getattr(probe, "close", None)
+    if callable(close):
+        close()
+    check_memory(config, spec, device)
