@@ -1,14 +1,14 @@
-"""Where a PPO update's time goes on CPU, and what its micro-batches and the MLP's sigmoid form buy.
+"""Where a PPO update's time goes on CPU, and what micro-batches and the CPU sigmoid form of tanh change.
 
 The configuration of ``rl-gpu bench --measure train`` (and of issue 13's PureJaxRL comparison): CartPole-v1,
 N=4096 environments, T=16 steps, 4 epochs of 4 minibatches of 16,384 slots, two 64-64 tanh MLPs, fused Adam,
 eager, one thread. One rollout is collected, then ``PPO.update`` is timed on it over several rounds, the
 variants alternating within each round:
 
-- ``micro_batch_size`` of the whole minibatch (one forward/backward of 16,384 rows) against 8192, 4096 (the CPU
-  default) and 2048 rows;
-- the MLP's CPU sigmoid form (:class:`rl_gpu.nn.layers.MLP`) against the same layers with ``torch.tanh``
-  (``--tanh``; the MLP's threshold raised above every batch).
+- the whole minibatch (one forward/backward of 16,384 rows, the default) against ``micro_batch_size`` 8192, 4096
+  and 2048 rows;
+- the CPU sigmoid form of tanh (:class:`rl_gpu.nn.layers.Tanh`) against ``torch.tanh`` (``--tanh``: the form's
+  threshold raised above every batch).
 
 Then torch.profiler's self time of one default update, grouped by what the operators do, with the GEMMs' share
 of the update's floating-point work and the rate they ran at, against a 1024 x 1024 x 1024 matmul on the same
@@ -25,12 +25,12 @@ import argparse
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import replace
 
 import torch
 
-from rl_gpu.algos.ppo import update as ppo_update
 from rl_gpu.cli.bench import BenchConfig, _algo
-from rl_gpu.nn.layers import MLP
+from rl_gpu.nn.layers import Tanh
 
 CATEGORIES = {
     "GEMM (mm, addmm)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
@@ -87,23 +87,24 @@ def main() -> None:
           f"{algo.config.num_minibatches} minibatches of {minibatch}, eager, 1 thread")
     algo.iterate()
     rollout = algo.collect()
-    default_micro = ppo_update.MICRO_BATCH_CPU
-    variants = {f"micro-batches of {m} rows" if m < minibatch else "whole minibatch": (m, MLP.SIGMOID_FROM)
-                for m in (minibatch, 8192, default_micro, 2048)}
+    config = algo.config
+    variants = {"whole minibatch (default)": (None, Tanh.SIGMOID_FROM)}
+    variants.update({f"micro-batches of {m} rows": (m, Tanh.SIGMOID_FROM) for m in (8192, 4096, 2048)})
     if args.tanh:
-        variants[f"micro-batches of {default_micro}, torch.tanh"] = (default_micro, 1 << 62)
+        variants["whole minibatch, torch.tanh"] = (None, 1 << 62)
     times: dict[str, list[float]] = defaultdict(list)
-    sigmoid_from = MLP.SIGMOID_FROM
+    sigmoid_from = Tanh.SIGMOID_FROM
     try:
         for _ in range(args.rounds + 1):  # the first round warms up and is not counted
             for name, (micro, threshold) in variants.items():
-                ppo_update.MICRO_BATCH_CPU, MLP.SIGMOID_FROM = micro, threshold
+                algo.units.config = replace(config, micro_batch_size=micro)
+                Tanh.SIGMOID_FROM = threshold
                 start = time.perf_counter()
                 algo.update(rollout)
                 times[name].append(time.perf_counter() - start)
     finally:
-        ppo_update.MICRO_BATCH_CPU, MLP.SIGMOID_FROM = default_micro, sigmoid_from
-    base = median_ms(times["whole minibatch"][1:])
+        algo.units.config, Tanh.SIGMOID_FROM = config, sigmoid_from
+    base = median_ms(times["whole minibatch (default)"][1:])
     print(f"\nPPO.update, median of {args.rounds} alternating rounds (transitions/s = slots / update time):")
     for name, t in times.items():
         ms = median_ms(t[1:])

@@ -20,9 +20,51 @@ def layer_init(layer: nn.Linear, gain: float = math.sqrt(2.0), bias: float = 0.0
     return layer
 
 
+def _tanh_by_sigmoid(x: Tensor) -> Tensor:
+    return torch.sigmoid(2.0 * x).mul_(2.0).sub_(1.0)
+
+
+class _TanhBySigmoid(torch.autograd.Function):
+    """``2 sigmoid(2x) - 1`` as one autograd node that saves only its output, as ``tanh`` does, with ``tanh``'s
+    own fused backward kernel (one kernel instead of the three operations of ``grad * (1 - y^2)``).
+
+    Written in the ``setup_context`` form with a generated vmap rule, so ``torch.func.vmap`` over a population
+    of networks (and ``torch.func.grad``) runs through it."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor) -> Tensor:
+        return _tanh_by_sigmoid(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.save_for_backward(output)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)
+
+
 class Tanh(nn.Tanh):
-    """``nn.Tanh``, marking the hidden activations that :class:`MLP` may compute in its CPU sigmoid form. A
-    module of its own (and no parameters) so checkpoints and exports see a plain tanh."""
+    """``tanh``, computed on CPU for large inputs as ``2 sigmoid(2x) - 1`` (derivative ``1 - tanh(x)^2``).
+
+    PyTorch's CPU ``tanh`` kernel is several times slower than ``sigmoid`` (benchmarks/cpu_tanh.py). Below
+    ``SIGMOID_FROM`` elements the form's extra operations cost more than they save, so ``torch.tanh`` runs; with
+    gradients the form is one autograd node running ``tanh``'s own backward kernel. The two agree to 2e-7
+    absolute (the form rounds near 0 to float32's spacing at 1.0). Other devices use ``torch.tanh``. A subclass
+    of ``nn.Tanh`` without parameters: checkpoints are unaffected and exports compute ``nn.Tanh``.
+    """
+
+    SIGMOID_FROM = 8192
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.device.type != "cpu" or x.numel() < self.SIGMOID_FROM:
+            return torch.tanh(x)
+        if torch.is_grad_enabled() and x.requires_grad:
+            return _TanhBySigmoid.apply(x)
+        return _tanh_by_sigmoid(x)
 
 
 class MLP(nn.Sequential):
@@ -30,22 +72,21 @@ class MLP(nn.Sequential):
     module call, so no forward hooks on the layers): on CPU the module-call overhead is a large share of a small
     batch's forward. Same parameters and ``state_dict`` keys.
 
-    **The CPU sigmoid form.** PyTorch's CPU ``tanh`` kernel is several times slower than ``sigmoid``
-    (benchmarks/cpu_tanh.py), and every elementwise pass over a ``[N, H]`` activation is a pass through memory
-    that a large batch does not keep in cache. A tanh MLP (``Linear``, :class:`Tanh`, ..., ``Linear``) on CPU
-    with at least ``SIGMOID_FROM`` hidden elements therefore runs as ``Linear`` + ``sigmoid`` only, the affine
-    maps of ``tanh(z) = 2 sigmoid(2z) - 1`` folded into the (small) weights and biases: with the layer input
-    ``h = a s + c`` held as ``s`` (``a, c = 1, 0`` for the observation, ``2, -1`` after a hidden layer),
+    **The folded sigmoid form, without gradients.** Collection and evaluation run a tanh MLP (``Linear``,
+    :class:`Tanh`, ..., ``Linear``) on CPU with at least ``SIGMOID_FROM`` hidden elements as ``Linear`` +
+    ``sigmoid`` only, the affine maps of ``tanh(z) = 2 sigmoid(2z) - 1`` folded into the (small) weights and
+    biases: with the layer input ``h = a s + c`` held as ``s`` (``a, c = 1, 0`` for the observation, ``2, -1``
+    after a hidden layer),
 
         W h + b = (a W) s + (b + c W 1),    tanh(W h + b) = 2 sigmoid(2 (a W) s + 2 (b + c W 1)) - 1,
 
-    so each hidden layer is one ``addmm`` and one ``sigmoid`` forward, one ``sigmoid_backward`` backward, and the
-    parameters keep their meaning (exports compute ``nn.Tanh``). It agrees with ``torch.tanh`` to about 1e-6
-    (tested): ``s`` holds ``tanh``'s value with float32's spacing at 1.0. Smaller batches, other devices and other
-    activations run layer by layer.
+    so each hidden layer is one ``addmm`` and one ``sigmoid`` (no elementwise pass of its own). It agrees with
+    ``torch.tanh`` to about 1e-6 (tested). With gradients (the update) the layers run one by one through
+    :class:`Tanh`'s form, whose backward is ``tanh``'s fused kernel: measured faster there than the folded form's
+    ``sigmoid_backward`` and the extra autograd nodes of the folded weights (benchmarks/README.md).
     """
 
-    SIGMOID_FROM = 8192
+    SIGMOID_FROM = Tanh.SIGMOID_FROM
 
     def forward(self, x: Tensor) -> Tensor:
         if self._sigmoid_form(x):
@@ -56,7 +97,7 @@ class MLP(nn.Sequential):
 
     def _sigmoid_form(self, x: Tensor) -> bool:
         layers = list(self._modules.values())
-        if x.device.type != "cpu" or len(layers) < 3 or len(layers) % 2 == 0:
+        if x.device.type != "cpu" or torch.is_grad_enabled() or len(layers) < 3 or len(layers) % 2 == 0:
             return False
         linear, act = layers[::2], layers[1::2]
         if any(type(m) is not nn.Linear or m.bias is None for m in linear) or any(type(m) is not Tanh for m in act):

@@ -18,22 +18,42 @@ def _plain(net: MLP) -> nn.Sequential:
     return nn.Sequential(*[nn.Tanh() if isinstance(m, nn.Tanh) else m for m in net])
 
 
+@pytest.mark.parametrize("rows", [8, 127, 128, 1024])
+def test_tanh_matches_torch_tanh_in_value_and_gradient(rows):
+    # 64 columns: below 128 rows torch.tanh itself runs, from 128 rows up the sigmoid form.
+    g = torch.Generator().manual_seed(rows)
+    x = (torch.randn(rows, 64, generator=g) * 3).requires_grad_()
+    ref = x.detach().clone().requires_grad_()
+    grad = torch.randn(rows, 64, generator=g)
+    y = Tanh()(x)
+    y.backward(grad)
+    torch.tanh(ref).backward(grad)
+    torch.testing.assert_close(y, torch.tanh(ref), atol=3e-7, rtol=0)
+    # d/dx = 1 - y^2: a 3e-7 difference in y moves it by up to 6e-7, times |grad| (a few units).
+    torch.testing.assert_close(x.grad, ref.grad, atol=3e-6, rtol=0)
+    assert (rows * 64 >= Tanh.SIGMOID_FROM) == (y.grad_fn.name() != "TanhBackward0")
+
+
 @pytest.mark.parametrize("rows", [8, 127, 128, 1024, 4096])
 @pytest.mark.parametrize("hidden", [(64, 64), (32, 256, 16)])
 def test_mlp_sigmoid_form_matches_torch_tanh_in_value_and_gradient(rows, hidden):
+    """Without gradients the folded form, with them the layers one by one: both against float64 tanh."""
     torch.manual_seed(rows)
     net = mlp(5, hidden, 3, out_gain=1.0)
     truth = _plain(copy.deepcopy(net)).double()
     x = torch.randn(rows, 5) * 3
     grad = torch.randn(rows, 3)
+    with torch.no_grad():
+        folded = net(x)
+        assert net._sigmoid_form(x) == (rows * hidden[0] >= MLP.SIGMOID_FROM)
+        if not net._sigmoid_form(x):  # layer by layer, each Tanh choosing its own form
+            assert torch.equal(folded, nn.Sequential(*net)(x))
+    assert not net._sigmoid_form(x)  # gradients enabled
     y = net(x)
     y.backward(grad)
     y_truth = truth(x.double())
     y_truth.backward(grad.double())
-    uses_form = rows * hidden[0] >= MLP.SIGMOID_FROM
-    assert net._sigmoid_form(x) == uses_form
-    if not uses_form:
-        assert torch.equal(y, _plain(net)(x))
+    torch.testing.assert_close(folded.double(), y_truth, atol=2e-6, rtol=1e-6)
     torch.testing.assert_close(y.double(), y_truth, atol=2e-6, rtol=1e-6)
     # Gradients are sums over rows: float32's own rounding grows with them, so the tolerance is relative to the
     # largest entry (plain float32 tanh is off float64 by the same order, about 1e-6 of it).
@@ -42,6 +62,7 @@ def test_mlp_sigmoid_form_matches_torch_tanh_in_value_and_gradient(rows, hidden)
         torch.testing.assert_close(p.grad.double(), p_truth.grad, atol=1e-5 * scale, rtol=0, msg=name)
 
 
+@torch.no_grad()
 def test_mlp_sigmoid_form_only_for_tanh_mlps_on_cpu():
     x = torch.randn(1024, 4)
     assert mlp(4, (64,), 2, out_gain=1.0)._sigmoid_form(x)
@@ -61,6 +82,8 @@ def test_mlp_forward_is_the_sequential_forward():
     assert torch.equal(policy.actor(small), plain(small))
     large = torch.randn(300, 4)
     torch.testing.assert_close(policy.actor(large), plain(large), atol=2e-6, rtol=1e-6)
+    with torch.no_grad():
+        torch.testing.assert_close(policy.actor(large), plain(large), atol=2e-6, rtol=1e-6)
 
 
 def test_log_prob_and_entropy_from_one_log_softmax():
@@ -104,8 +127,8 @@ def test_autoreset_env_refuses_injected_finished_rows():
 
 
 def test_cpu_tanh_form_runs_under_vmap_and_grad_over_a_population() -> None:
-    """A population of networks trained as one (``torch.func`` over stacked parameters) goes through the MLP's
-    CPU sigmoid form: gradients equal each member's own."""
+    """A population of networks trained as one (``torch.func`` over stacked parameters) goes through the CPU
+    sigmoid form of tanh and its custom backward: gradients equal each member's own."""
     from torch.func import functional_call, grad, stack_module_state, vmap
 
     torch.manual_seed(0)

@@ -44,9 +44,9 @@ class PPOConfig:
     """stop the update's remaining epochs once the approximate KL exceeds this, checked on the device once
     per epoch; None: never"""
     micro_batch_size: int | None = None
-    """rows per forward/backward pass: a minibatch runs as equal micro-batches of at most this many rows whose
-    gradients add up to the minibatch's (the same update, up to float rounding), so the activations stay in
-    the CPU's cache; None: 4096 on CPU, the whole minibatch on other devices"""
+    """rows per forward/backward pass: a minibatch runs as micro-batches of at most this many rows (sizes
+    differing by at most one) whose gradients add up to the minibatch's: the same update up to float rounding,
+    with the activations of one micro-batch in memory at a time; None: the whole minibatch at once"""
 
     def storage_elements(self, num_envs: int, num_steps: int, obs_size: int, action_size: int,
                          hidden_sizes: tuple[int, ...]) -> int:

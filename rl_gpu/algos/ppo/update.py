@@ -89,16 +89,9 @@ def _scale_unit(config: PPOConfig, flat: FlatBatch, idx: Tensor) -> MinibatchSca
     return minibatch_scale(flat.advantage[idx], flat.weight[idx] if flat.weight is not None else None, config)
 
 
-MICRO_BATCH_CPU = 4096
-"""Rows per forward/backward pass on CPU when ``micro_batch_size`` is None: a 64-wide activation of 4096 rows
-(1 MiB) stays in cache between the passes that write and read it."""
-
-
-def micro_batches(minibatch_size: int, config: PPOConfig, device: torch.device) -> int:
+def micro_batches(minibatch_size: int, config: PPOConfig) -> int:
     """How many micro-batches a minibatch of ``minibatch_size`` rows runs as (sizes differing by at most 1)."""
-    size = config.micro_batch_size
-    if size is None:
-        size = MICRO_BATCH_CPU if device.type == "cpu" else minibatch_size
+    size = config.micro_batch_size or minibatch_size
     return -(-minibatch_size // size)
 
 
@@ -169,7 +162,7 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
     totals = torch.zeros(len(MINIBATCH_ROW), device=device)
     count = torch.zeros((), device=device)
     kl_index = LOSS_STATS.index("approx_kl")
-    splits = micro_batches(mb_size, config, device)
+    splits = micro_batches(mb_size, config)
     for epoch in range(config.update_epochs):
         for start in range(0, size, mb_size):
             idx = permutations[epoch, start:start + mb_size]
