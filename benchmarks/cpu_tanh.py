@@ -1,61 +1,46 @@
-"""Why rl_gpu's tanh MLPs run on CPU as ``Linear`` + ``sigmoid`` (tanh's affine maps folded into the weights) from
-8192 hidden elements up: the activation alone (``torch.tanh`` against ``2 sigmoid(2x) - 1``), then a 4-64-64-2
-MLP's forward and forward + backward, layer by layer with ``torch.tanh`` against :class:`rl_gpu.nn.layers.MLP`'s
-sigmoid form, alternating, one thread.
+"""Why rl_gpu.policy.Tanh computes tanh as 2 sigmoid(2x) - 1 on CPU from 8192 elements up: time both forms,
+forward only (rollouts, evaluation) and forward + backward (updates), eager and compiled.
 
     OMP_NUM_THREADS=1 python benchmarks/cpu_tanh.py
 """
 
-import copy
 import time
 
 import torch
-from torch import nn
 
-from rl_gpu.nn.layers import MLP, mlp
+from rl_gpu.nn.layers import Tanh, _tanh_by_sigmoid, _TanhBySigmoid
 
 
-def median_us(fn, *args, calls=50, repeats=7):
-    fn(*args)
+def median_us(fn, x, calls=200, repeats=5):
+    fn(x)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(calls):
-            fn(*args)
+            fn(x)
         times.append((time.perf_counter() - start) / calls)
     return sorted(times)[repeats // 2] * 1e6
 
 
-def train_step(net, x, grad):
-    net.zero_grad(set_to_none=True)
-    net(x).backward(grad)
-
-
 def main():
     torch.set_num_threads(1)
-    print("activation alone:")
-    for rows in (32, 128, 512, 4096):
-        x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(0)) * 2
-        plain = median_us(torch.tanh, x)
-        form = median_us(lambda v: torch.sigmoid(2 * v).mul_(2).sub_(1), x)
-        print(f"  [{rows}, 64]: torch.tanh {plain:8.1f} us, 2 sigmoid(2x) - 1 {form:8.1f} us")
-    print("4-64-64-2 tanh MLP (layer by layer with torch.tanh | MLP, sigmoid form where it applies):")
-    torch.manual_seed(0)
-    net = mlp(4, (64, 64), 2, out_gain=0.01)
-    plain_net = nn.Sequential(*[nn.Tanh() if isinstance(m, nn.Tanh) else m for m in copy.deepcopy(net)])
-    for rows in (32, 128, 1024, 4096, 16384):
-        x = torch.randn(rows, 4)
-        grad = torch.randn(rows, 2)
-        form = "sigmoid form" if net._sigmoid_form(x) else "layer by layer"
-        with torch.no_grad():
-            fwd = [median_us(plain_net, x), median_us(net, x)]
-        both = [median_us(train_step, plain_net, x, grad), median_us(train_step, net, x, grad)]
-        print(f"  [{rows}, 4] ({form}): forward {fwd[0]:9.1f} | {fwd[1]:9.1f} us ({fwd[0] / fwd[1]:.2f}x), "
-              f"forward+backward {both[0]:9.1f} | {both[1]:9.1f} us ({both[0] / both[1]:.2f}x)")
+    for shape in ((32, 64), (128, 64), (512, 64), (4096, 64)):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 2
+        grad = torch.ones(shape)
+        xg = x.clone().requires_grad_()
+        rows = {
+            "forward": (torch.tanh, _tanh_by_sigmoid),
+            "compiled forward": (torch.compile(torch.tanh), torch.compile(_tanh_by_sigmoid)),
+            "forward+backward": (lambda v: torch.tanh(v).backward(grad),
+                                 lambda v: _TanhBySigmoid.apply(v).backward(grad)),
+        }
+        for name, (tanh, form) in rows.items():
+            arg = xg if "backward" in name else x
+            print(f"{name:>17} {list(shape)}: torch.tanh {median_us(tanh, arg):8.1f} us, "
+                  f"2*sigmoid(2x)-1 {median_us(form, arg):8.1f} us")
+        print(f"rl_gpu.policy.Tanh uses the {'sigmoid form' if x.numel() >= Tanh.SIGMOID_FROM else 'torch.tanh'}")
     grid = torch.linspace(-10, 10, 200001)
-    print(f"max |difference| of the activation on [-10, 10]: "
-          f"{(torch.tanh(grid) - (2 * torch.sigmoid(2 * grid) - 1)).abs().max().item():.2e}; "
-          f"MLP.SIGMOID_FROM = {MLP.SIGMOID_FROM}")
+    print(f"max |difference| on [-10, 10]: {(torch.tanh(grid) - _tanh_by_sigmoid(grid)).abs().max().item():.2e}")
 
 
 if __name__ == "__main__":
