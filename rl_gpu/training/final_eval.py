@@ -36,6 +36,12 @@ def final_evaluation(self, status: str, reason: str) -> dict:
         lines = [f"[seed {self.seed}] final evaluation on fresh seeds ({n} episodes each):"]
         for name, res in final.items():
             lines.append(f"  {name:>7}: " + res.describe(multi).replace("\n", "\n           "))
+        if self.measure is not None:
+            # The run's measure (exact exploitability of a two-player game), of the policies just evaluated.
+            measured = {"best": self.measure(best), "initial": self.measure(self.initial_policy)}
+            summary["exploitability"] = {"unit": measured["best"].unit,
+                                         **{name: m.value for name, m in measured.items()}}
+            lines += [f"  {name:>7}: exploitability {m.describe()}" for name, m in measured.items()]
         if multi:
             for name in ("initial", "random"):
                 z = improvement_z(final["best"].win_rate, n, final[name].win_rate, n)

@@ -203,6 +203,10 @@ def test_short_roulette_self_play_lowers_exploitability(tmp_path):
     assert curve[0] > curve[1] > curve[2] and curve[2] < curve[0] - 0.05, curve
     summary = json.loads((tmp_path / "run" / "seed-5" / "summary.json").read_text())
     assert summary["best_update"] == 12  # self-play keeps the least exploitable validation
+    # The final evaluation measures best.pt's exploitability again: the last validation's policy.
+    exploit = summary["exploitability"]
+    assert exploit["best"] == pytest.approx(curve[2]) and exploit["initial"] == pytest.approx(curve[0])
+    assert exploit["unit"]
 
 
 @pytest.mark.slow
