@@ -62,7 +62,9 @@ class Tanh(nn.Tanh):
     def forward(self, x: Tensor) -> Tensor:
         if x.device.type != "cpu" or x.numel() < self.SIGMOID_FROM:
             return torch.tanh(x)
-        if torch.is_grad_enabled() and x.requires_grad:
+        # Only without gradients may the form work in place: under vmap a tensor on the autograd tape can report
+        # requires_grad False.
+        if torch.is_grad_enabled():
             return _TanhBySigmoid.apply(x)
         return _tanh_by_sigmoid(x)
 

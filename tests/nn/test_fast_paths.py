@@ -34,6 +34,17 @@ def test_tanh_matches_torch_tanh_in_value_and_gradient(rows):
     assert (rows * 64 >= Tanh.SIGMOID_FROM) == (y.grad_fn.name() != "TanhBackward0")
 
 
+def test_tanh_form_under_vmap_keeps_its_gradient():
+    """Under vmap (a population's forward) a tensor on the autograd tape reports requires_grad False: the form
+    must still not work in place on a saved output."""
+    x = (torch.randn(2, 256, 64, generator=torch.Generator().manual_seed(0)) * 2).requires_grad_()
+    grad = torch.randn(2, 256, 64, generator=torch.Generator().manual_seed(1))
+    torch.func.vmap(Tanh())(x * 1.0).backward(grad)
+    ref = x.detach().clone().requires_grad_()
+    torch.tanh(ref).backward(grad)
+    torch.testing.assert_close(x.grad, ref.grad, atol=3e-6, rtol=0)
+
+
 @pytest.mark.parametrize("rows", [8, 127, 128, 1024, 4096])
 @pytest.mark.parametrize("hidden", [(64, 64), (32, 256, 16)])
 def test_mlp_sigmoid_form_matches_torch_tanh_in_value_and_gradient(rows, hidden):
