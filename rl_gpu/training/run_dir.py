@@ -3,7 +3,8 @@
 ``--overwrite`` removes only what a run writes: the files named in :data:`RUN_FILES` and the ``tb/`` folder (a
 ``tb`` that is a symbolic link is unlinked, never followed). Anything else under those names (a directory
 called ``last.pt``, a FIFO, a device) is refused before anything is deleted, and :func:`check_run_dirs`
-checks every seed's directory before the first one is touched.
+checks every seed's directory before the first one is touched. A seed directory that is a symbolic link is
+refused: the run's files (and ``--overwrite``'s deletions) would land outside the output folder.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def _check(run_dir: Path, overwrite: bool) -> bool:
         if not ancestor.is_dir():
             raise UsageError(f"cannot create run directory {run_dir}: {ancestor} is not a directory")
         return False
+    if stat.S_ISLNK(st.st_mode):
+        raise UsageError(f"run directory {run_dir} is a symbolic link (to {os.readlink(run_dir)}): a run writes "
+                         "into a real directory only; remove the link or choose another --output")
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir} exists and is a {describe_kind(st.st_mode)}, not a run directory; "
                          "choose another --output")

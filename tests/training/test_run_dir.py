@@ -45,6 +45,20 @@ def test_a_tb_link_is_unlinked_never_followed(tmp_path):
     assert (outside / "data").read_text() == "keep"
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_seed_directory_that_is_a_link_is_refused(tmp_path, overwrite):
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "last.pt").write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "seed-11").symlink_to(outside, target_is_directory=True)
+    for call in (check_run_dirs, lambda d, o: prepare_run_dir(d[0], o)):
+        with pytest.raises(UsageError, match="symbolic link"):
+            call([out / "seed-11"], overwrite)
+    assert _snapshot(outside) == ["last.pt"] and (outside / "last.pt").read_text() == "keep"
+
+
 @pytest.mark.parametrize("damage, needle", [
     (lambda d: (d / "last.pt").mkdir(), "last.pt is a directory"),
     (lambda d: os.mkfifo(d / "metrics.jsonl"), "metrics.jsonl is a FIFO"),
