@@ -18,7 +18,6 @@ see :func:`policy_for_env`), the critic reads ``concat(obs, critic_obs)`` (``[N,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -144,11 +143,7 @@ class ActorCritic(_ActorCriticBase):
         """Choose one legal action per row: sampled (from ``noise``, ``[N, A]`` uniform, when given), or the most
         probable legal one if ``deterministic``."""
         logits, value = self._heads(obs, critic_obs)
-        if deterministic:
-            action = D.categorical_mode(logits, action_mask)
-        else:
-            action = D.categorical_sample(logits, action_mask, generator, noise)
-        return PolicyOutput(action, D.categorical_log_prob(logits, action_mask, action), value)
+        return PolicyOutput(*D.categorical_act(logits, action_mask, generator, deterministic, noise), value)
 
     def evaluate(
         self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, critic_obs: Tensor | None = None

@@ -94,6 +94,19 @@ def categorical_mode(logits: Tensor, action_mask: Tensor | None) -> Tensor:
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
+def categorical_act(
+    logits: Tensor, action_mask: Tensor | None, generator: torch.Generator | None = None,
+    deterministic: bool = False, noise: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """``(action [N], log_prob [N])``: one legal action per row, the most probable with ``deterministic``, else
+    sampled (from ``noise`` when given, see :func:`categorical_sample`)."""
+    if deterministic:
+        action = categorical_mode(logits, action_mask)
+    else:
+        action = categorical_sample(logits, action_mask, generator, noise)
+    return action, categorical_log_prob(logits, action_mask, action)
+
+
 def gaussian_noise(
     shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device | str,
     dtype: torch.dtype = torch.float32,

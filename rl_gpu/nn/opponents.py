@@ -155,13 +155,8 @@ class StackedActors(nn.Module):
     ) -> PolicyOutput:
         """Each row's action from its member: sampled (from ``noise``, ``[N, A]`` uniform, when given, as
         :meth:`ActorCritic.act` samples) or the most probable legal one; the value is zero (no critic)."""
-        logits = self.logits(obs)
-        if deterministic:
-            action = D.categorical_mode(logits, action_mask)
-        else:
-            action = D.categorical_sample(logits, action_mask, generator, noise)
-        zeros = torch.zeros(obs.shape[0], device=obs.device)
-        return PolicyOutput(action, D.categorical_log_prob(logits, action_mask, action), zeros)
+        action, log_prob = D.categorical_act(self.logits(obs), action_mask, generator, deterministic, noise)
+        return PolicyOutput(action, log_prob, torch.zeros(obs.shape[0], device=obs.device))
 
     def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
         """``[N]`` zeros: the opponents have no critic."""
