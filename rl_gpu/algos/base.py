@@ -111,9 +111,10 @@ class Algorithm(Protocol):
         """A frozen copy of the policy as it is now (the baseline validations compare against; also the
         template best.pt's weights are loaded into)."""
 
-    def set_progress(self, fraction: float) -> None:
+    def set_progress(self, fraction: float | Tensor) -> None:
         """Training progress in [0, 1] (updates or steps done over the budget), for schedules such as the
-        learning rate's. Called before each iteration."""
+        learning rate's. Called before each iteration; with a step budget it is a 0-dim float64 tensor on the
+        device (the steps done are counted there, so reading it would synchronise)."""
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the next iteration depends on (networks, optimisers, random streams, normalisers), as

@@ -65,13 +65,14 @@ def undoable_step(optimizer: torch.optim.Optimizer, params: list[Tensor], keep: 
         t.copy_(torch.where(keep, t, old))
 
 
-def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Write ``lr`` into every group (in place into a device tensor: no re-tracing, no host synchronisation)."""
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float | Tensor) -> None:
+    """Write ``lr`` (a number or a 0-dim tensor on the optimiser's device) into every group: in place into a
+    device tensor, so no re-tracing and, for a tensor ``lr``, no host synchronisation."""
     for group in optimizer.param_groups:
         if isinstance(group["lr"], Tensor):
-            group["lr"].fill_(lr)
+            group["lr"].copy_(lr) if isinstance(lr, Tensor) else group["lr"].fill_(lr)
         else:
-            group["lr"] = lr
+            group["lr"] = float(lr)
 
 
 class LearningRateSchedule:
@@ -82,12 +83,13 @@ class LearningRateSchedule:
     initial_learning_rate: float
     anneal_lr: bool
 
-    def set_learning_rate(self, lr: float) -> None:
+    def set_learning_rate(self, lr: float | Tensor) -> None:
         """Write ``lr`` into the device tensor Adam reads (no re-tracing, no host synchronisation)."""
         set_learning_rate(self.optimizer, lr)
 
-    def set_progress(self, fraction: float) -> None:
-        """With ``anneal_lr``, the learning rate is ``initial * (1 - fraction)``."""
+    def set_progress(self, fraction: float | Tensor) -> None:
+        """With ``anneal_lr``, the learning rate is ``initial * (1 - fraction)`` (``fraction`` a number or a
+        0-dim float64 tensor on the device)."""
         if self.anneal_lr:
             self.set_learning_rate(self.initial_learning_rate * (1.0 - fraction))
 

@@ -56,6 +56,7 @@ class CheckpointMixin:
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
         self.update = state["update"]
         self.global_step = state["global_step"]
+        self.steps_taken = None  # counted again from global_step
         self.train_seconds = state["train_seconds"]
         self.best_score = state["best_score"]
         self.best_update = state["best_update"]

@@ -259,7 +259,7 @@ class SelfPlay:
     def initial_policy(self) -> nn.Module:
         return self.inner.initial_policy()
 
-    def set_progress(self, fraction: float) -> None:
+    def set_progress(self, fraction: float | Tensor) -> None:
         self.inner.set_progress(fraction)
 
     def state_dict(self) -> dict[str, Any]:

@@ -133,7 +133,7 @@ class MemberPPO:
     def initial_policy(self) -> nn.Module:
         return self.ppo.initial_policy()
 
-    def set_progress(self, fraction: float) -> None:
+    def set_progress(self, fraction: float | Tensor) -> None:
         self.ppo.set_progress(fraction)
 
     def state_dict(self) -> dict[str, Any]:

@@ -129,6 +129,8 @@ class Trainer(CheckpointMixin):
         self.stop = StopRequest()
         self.step_bound = config.num_envs * self.num_steps * world_size()
         """Transitions one update takes at most, all processes together (turn-based games pad, so take fewer)."""
+        self.steps_taken: Tensor | None = None
+        """``global_step`` kept on the device by :meth:`train_one_update` (with a step budget), for the schedules."""
 
     def make_env(self, num_envs: int, seed: int) -> VecEnv:
         try:
@@ -317,15 +319,20 @@ class Trainer(CheckpointMixin):
         """One iteration of the algorithm, without reading anything back: returns its metrics stacked on the
         device (``[len(metric_names)]``), for :meth:`read_metrics`."""
         budget = self.config.total_timesteps
-        # Progress over the budget counts step_bound steps per update (exact unless a turn-based game pads
-        # finished games): it must be known before the update runs, and the same in a resumed run.
-        self.algo.set_progress(min(1.0, self.update * self.step_bound / budget) if budget
+        # Progress over a budget is the steps actually taken (a turn-based game pads finished games, so an
+        # update can take fewer than step_bound), counted on the device: no read-back, and the same in a
+        # resumed run, which starts the count from its checkpoint's exact global_step.
+        if budget and self.steps_taken is None:
+            self.steps_taken = torch.tensor(float(self.global_step), dtype=torch.float64, device=self.device)
+        self.algo.set_progress((self.steps_taken / budget).clamp(max=1.0) if budget
                                else self.update / self.config.max_updates)
         metrics = self.algo.iterate(phase=logger.phase)
         if self.reward_terms:
             metrics.update({f"reward/{k}": v for k, v in self.env.reward_term_stats().items()})
         values = ranks.reduce_metrics(torch.stack([metrics[name].detach().float() for name in self.metric_names]),
                                       self.metric_names)
+        if budget:
+            self.steps_taken += values[self.metric_names.index("transitions")]
         self.update += 1
         return values
 

@@ -202,6 +202,20 @@ def test_a_step_budget_ends_the_run_and_drives_the_schedule(tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["updates"] == 4
 
 
+def test_the_schedule_counts_the_steps_a_turn_based_game_takes(tmp_path):
+    # A turn-based game pads finished games, so an update takes fewer than N * T transitions: the learning
+    # rate decays over the steps actually taken and reaches 0 only when the budget is spent.
+    budget = 2000
+    code, out, err = call(*TINY, "--seeds", "5", "--output", tmp_path, "--total-timesteps", budget,
+                          "--anneal-lr", "--learning-rate", "0.002", "--max-updates", "100", "--num-steps", "32")
+    assert code in (0, 1), err
+    lines = [r for r in _lines(tmp_path / "seed-5") if r["update"] > 0 and "learning_rate" in r]
+    assert len(lines) > budget // (16 * 32) + 1  # more updates than full ones would need: games were padded
+    taken = [0] + [sum(r["transitions"] for r in lines[:k]) for k in range(1, len(lines))]
+    assert [r["learning_rate"] for r in lines] == pytest.approx([0.002 * (1 - t / budget) for t in taken], rel=1e-6)
+    assert lines[-1]["learning_rate"] > 0 and taken[-1] < budget <= taken[-1] + lines[-1]["transitions"]
+
+
 def test_multi_seed_summary_and_a_stopped_multi_seed_run(tmp_path, monkeypatch):
     code, out, err = call(*TINY, "--seeds", "1", "2", "3", "--output", tmp_path / "all")
     assert code == 1, err
