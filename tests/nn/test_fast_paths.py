@@ -34,6 +34,79 @@ def test_tanh_matches_torch_tanh_in_value_and_gradient(rows):
     assert (rows * 64 >= Tanh.SIGMOID_FROM) == (y.grad_fn.name() != "TanhBackward0")
 
 
+def test_rational_tanh_matches_float64_tanh_everywhere():
+    from rl_gpu.nn.layers import _tanh_rational
+
+    x = torch.linspace(-20, 20, 400_001, dtype=torch.float64)
+    y = _tanh_rational(x.float()).double()
+    assert (y - torch.tanh(x)).abs().max() < 3.5e-7
+    assert y.abs().max() <= 1.0 and torch.equal(y.sign(), x.sign())  # 1 - y^2 >= 0: no gradient turns round
+    tiny = torch.logspace(-30, -3, 500, dtype=torch.float64)
+    assert ((_tanh_rational(tiny.float()).double() - torch.tanh(tiny)).abs() / tiny).max() < 3e-7
+
+
+@pytest.mark.slow
+def test_compiled_mlp_takes_the_rational_form_and_matches_eager():
+    """Compiled for the CPU, the tanh MLP evaluates the rational form (no exponential in the generated code)
+    and agrees with the eager network in value and gradient, with and without gradients."""
+    torch.manual_seed(3)
+    net = mlp(4, (64, 64), 2, out_gain=1.0)
+    x = torch.randn(4096, 4) * 3
+    grad = torch.randn(4096, 2)
+
+    def value_and_grads(fn):
+        net.zero_grad()
+        y = fn(x)
+        y.backward(grad)
+        with torch.no_grad():
+            y_nograd = fn(x)
+        return y.detach(), y_nograd, [p.grad.clone() for p in net.parameters()]
+
+    eager = value_and_grads(net)
+    torch._dynamo.reset()
+    compiled = value_and_grads(torch.compile(net, backend="inductor"))
+    torch.testing.assert_close(compiled[0], eager[0], atol=2e-6, rtol=1e-6)
+    torch.testing.assert_close(compiled[1], eager[1], atol=2e-6, rtol=1e-6)
+    for g_compiled, g_eager in zip(compiled[2], eager[2]):
+        torch.testing.assert_close(g_compiled, g_eager, atol=1e-5 * g_eager.abs().max().item(), rtol=0)
+    seen = []
+    backend = lambda gm, inputs: seen.append(gm.print_readable(print_output=False)) or gm.forward  # noqa: E731
+    for grad_mode in (True, False):
+        torch._dynamo.reset()
+        with torch.set_grad_enabled(grad_mode):
+            torch.compile(net, backend=backend)(x)
+        assert "clamp" in seen[-1] and "sigmoid" not in seen[-1] and "torch.tanh" not in seen[-1]
+
+
+@pytest.mark.parametrize("shape", [(4, 64), (64, 64), (64, 2), (64, 1), (17, 256)])
+@pytest.mark.parametrize("lead", [(300,), (5, 7)])
+def test_linear_gradients_match_autograd_of_f_linear(shape, lead):
+    """The weight gradient taken in the other orientation is the same sum: equal up to float32 rounding."""
+    from rl_gpu.nn.layers import _Linear, linear
+
+    in_features, out_features = shape
+    g = torch.Generator().manual_seed(in_features * out_features)
+    x = torch.randn(*lead, in_features, generator=g).requires_grad_()
+    weight = torch.randn(out_features, in_features, generator=g).requires_grad_()
+    bias = torch.randn(out_features, generator=g).requires_grad_()
+    grad = torch.randn(*lead, out_features, generator=g)
+    y = linear(x, weight, bias)
+    assert y.grad_fn.name() == "_LinearBackward"
+    ours = torch.autograd.grad(y, (x, weight, bias), grad)
+    ref = torch.autograd.grad(torch.nn.functional.linear(x, weight, bias), (x, weight, bias), grad)
+    assert torch.equal(y, torch.nn.functional.linear(x, weight, bias)) and torch.equal(ours[0], ref[0])
+    for a, b in zip(ours[1:], ref[1:]):
+        assert a.is_contiguous() and a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=1e-5 * b.abs().max().item(), rtol=0)
+    # Under vmap (a population's forward and backward) it runs through the generated vmap rule.
+    xs, grads = x.detach().expand(3, *x.shape).clone().requires_grad_(), grad.expand(3, *grad.shape)
+    ys = torch.func.vmap(lambda t: _Linear.apply(t, weight, bias))(xs)
+    (gx,) = torch.autograd.grad(ys, (xs,), grads)
+    torch.testing.assert_close(gx[1], ref[0])
+    with torch.no_grad():
+        assert linear(x, weight, bias).grad_fn is None
+
+
 def test_tanh_form_under_vmap_keeps_its_gradient():
     """Under vmap (a population's forward) a tensor on the autograd tape reports requires_grad False: the form
     must still not work in place on a saved output."""
