@@ -127,11 +127,11 @@ class Tanh(nn.Tanh):
 class _Linear(torch.autograd.Function):
     """``F.linear`` whose weight gradient is computed in the orientation this CPU's BLAS does fast.
 
-    ``grad_W = g^T x`` (``[out, in]``, a sum over the rows) is the same sum as ``(x^T g)^T``, but MKL's kernels
-    for a product with few result rows and many result columns are up to 10x faster than the other way round:
-    at 16,384 rows, a 4 -> 64 layer's ``g^T x`` took 2.3 ms against 0.27 ms for ``(x^T g)^T`` (a 64 -> 2 layer
-    the reverse), so the product is taken with the smaller of ``in`` and ``out`` as its rows. The sums come out in
-    another order, so the gradient can differ from autograd's by float32 rounding."""
+    ``grad_W = g^T x`` (``[out, in]``, a sum over the rows) is the same sum as ``(x^T g)^T``, but MKL runs a
+    product with few result rows and many result columns several times faster than the transposed one (a
+    4 -> 64 layer's ``g^T x`` is the slow kind, a 64 -> 2 layer's the fast one; benchmarks/README.md), so the
+    product is taken with the smaller of ``in`` and ``out`` as its rows. The sums come out in another order, so
+    the gradient can differ from autograd's by float32 rounding."""
 
     generate_vmap_rule = True
 
@@ -147,17 +147,47 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         x, weight = ctx.saved_tensors
-        grad_x = grad_w = grad_b = None
-        if ctx.needs_input_grad[0]:
-            grad_x = grad @ weight
-        g = grad.reshape(-1, grad.shape[-1])
-        if ctx.needs_input_grad[1]:
-            rows = x.reshape(-1, x.shape[-1])
-            out_features, in_features = weight.shape
-            grad_w = rows.t().mm(g).t().contiguous() if in_features < out_features else g.t().mm(rows)
-        if ctx.needs_input_grad[2]:
-            grad_b = g.sum(0)
-        return grad_x, grad_w, grad_b
+        return _linear_backward(ctx.needs_input_grad, grad, x, weight)
+
+
+def _linear_backward(needs: tuple[bool, ...], grad: Tensor, x: Tensor, weight: Tensor
+                     ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """Gradients of ``x W^T + b`` (``grad``: ``[..., out]``) for the inputs ``needs`` marks, the weight's product
+    in the fast orientation (:class:`_Linear`)."""
+    grad_x = grad_w = grad_b = None
+    if needs[0]:
+        grad_x = grad @ weight
+    g = grad.reshape(-1, grad.shape[-1])
+    if needs[1]:
+        rows = x.reshape(-1, x.shape[-1])
+        out_features, in_features = weight.shape
+        grad_w = rows.t().mm(g).t().contiguous() if in_features < out_features else g.t().mm(rows)
+    if needs[2]:
+        grad_b = g.sum(0)
+    return grad_x, grad_w, grad_b
+
+
+class _LinearTanh(torch.autograd.Function):
+    """``tanh(x W^T + b)`` as one node, for the CPU's sigmoid form: forward ``2 sigmoid(x (2W)^T + 2b) - 1``,
+    the factor 2 applied to the small weights rather than in a pass over the activations (doubling is exact, so
+    the result is bit for bit :class:`Tanh`'s form after ``F.linear``); backward tanh's fused kernel, then
+    :class:`_Linear`'s products."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        return torch.sigmoid(F.linear(x, 2.0 * weight, 2.0 * bias)).mul_(2.0).sub_(1.0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, weight, _ = inputs
+        ctx.save_for_backward(x, weight, output)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        x, weight, y = ctx.saved_tensors
+        return _linear_backward(ctx.needs_input_grad, torch.ops.aten.tanh_backward(grad, y), x, weight)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -182,9 +212,11 @@ class MLP(nn.Sequential):
         W h + b = (a W) s + (b + c W 1),    tanh(W h + b) = 2 sigmoid(2 (a W) s + 2 (b + c W 1)) - 1,
 
     so each hidden layer is one ``addmm`` and one ``sigmoid`` (no elementwise pass of its own). It agrees with
-    ``torch.tanh`` to about 1e-6 (tested). With gradients (the update) the layers run one by one through
-    :class:`Tanh`'s form, whose backward is ``tanh``'s fused kernel: measured faster there than the folded form's
-    ``sigmoid_backward`` and the extra autograd nodes of the folded weights (benchmarks/README.md).
+    ``torch.tanh`` to about 1e-6 (tested). With gradients (the update) each ``Linear`` and the ``Tanh`` after it
+    are one :class:`_LinearTanh` node (only the factor 2 folded into the weights, the backward ``tanh``'s fused
+    kernel: measured faster than the folded form's ``sigmoid_backward``, benchmarks/README.md); other linear
+    layers with gradients go through :class:`_Linear`. Compiled for the CPU, the layers run one by one and
+    :class:`Tanh` takes its rational form.
     """
 
     SIGMOID_FROM = Tanh.SIGMOID_FROM
@@ -192,9 +224,27 @@ class MLP(nn.Sequential):
     def forward(self, x: Tensor) -> Tensor:
         if self._sigmoid_form(x):
             return self._forward_sigmoid_form(x)
-        for layer in self:
-            x = linear(x, layer.weight, layer.bias) if type(layer) is nn.Linear else layer.forward(x)
+        layers = list(self._modules.values())
+        i = 0
+        while i < len(layers):
+            layer = layers[i]
+            if type(layer) is not nn.Linear:
+                x = layer.forward(x)
+            elif i + 1 < len(layers) and self._fused_tanh(x, layer, layers[i + 1]):
+                x = _LinearTanh.apply(x, layer.weight, layer.bias)
+                i += 1
+            else:
+                x = linear(x, layer.weight, layer.bias)
+            i += 1
         return x
+
+    @staticmethod
+    def _fused_tanh(x: Tensor, layer: nn.Linear, next_layer: nn.Module) -> bool:
+        """``layer`` and the :class:`Tanh` after it run as one :class:`_LinearTanh` node: with gradients, on the
+        CPU, outside a compiled region, at sizes where :class:`Tanh` takes its sigmoid form."""
+        return (type(next_layer) is Tanh and layer.bias is not None and x.device.type == "cpu"
+                and torch.is_grad_enabled() and layer.weight.requires_grad and not torch.compiler.is_compiling()
+                and x.numel() // x.shape[-1] * layer.out_features >= Tanh.SIGMOID_FROM)
 
     def _sigmoid_form(self, x: Tensor) -> bool:
         layers = list(self._modules.values())

@@ -107,6 +107,36 @@ def test_linear_gradients_match_autograd_of_f_linear(shape, lead):
         assert linear(x, weight, bias).grad_fn is None
 
 
+@pytest.mark.parametrize("lead", [(300,), (5, 70)])
+def test_fused_linear_tanh_is_the_sigmoid_form_bit_for_bit_with_tanh_gradients(lead):
+    from rl_gpu.nn.layers import _LinearTanh
+
+    g = torch.Generator().manual_seed(len(lead))
+    x = (torch.randn(*lead, 9, generator=g) * 2).requires_grad_()
+    weight = torch.randn(64, 9, generator=g).requires_grad_()
+    bias = torch.randn(64, generator=g).requires_grad_()
+    grad = torch.randn(*lead, 64, generator=g)
+    y = _LinearTanh.apply(x, weight, bias)
+    with torch.no_grad():
+        assert torch.equal(y, torch.sigmoid(2.0 * torch.nn.functional.linear(x, weight, bias)) * 2.0 - 1.0)
+    ours = torch.autograd.grad(y, (x, weight, bias), grad)
+    ref = torch.autograd.grad(torch.tanh(torch.nn.functional.linear(x, weight, bias)), (x, weight, bias), grad)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, atol=3e-6 * max(1.0, b.abs().max().item()), rtol=0)
+    xs = x.detach().expand(2, *x.shape).clone().requires_grad_()
+    (gx,) = torch.autograd.grad(torch.func.vmap(lambda t: _LinearTanh.apply(t, weight, bias))(xs), (xs,),
+                                grad.expand(2, *grad.shape))
+    torch.testing.assert_close(gx[0], ref[0], atol=3e-6 * ref[0].abs().max().item(), rtol=0)
+
+
+def test_mlp_fuses_linear_and_tanh_only_where_the_sigmoid_form_runs():
+    net = mlp(4, (64, 64), 2, out_gain=1.0)
+    names = lambda y: {y.grad_fn.name(), *(f[0].name() for f in y.grad_fn.next_functions if f[0])}  # noqa: E731
+    assert "_LinearTanhBackward" in names(net(torch.randn(4096, 4)))
+    small = net(torch.randn(8, 4))  # 8 x 64 elements: torch.tanh's own kernel
+    assert "_LinearTanhBackward" not in names(small) and "_LinearBackward" in names(small)
+
+
 def test_tanh_form_under_vmap_keeps_its_gradient():
     """Under vmap (a population's forward) a tensor on the autograd tape reports requires_grad False: the form
     must still not work in place on a saved output."""
