@@ -185,3 +185,17 @@ def test_wilson_interval_and_z():
     assert wilson_interval(0, 10)[0] < 1e-12 and wilson_interval(10, 10)[1] > 1 - 1e-12
     assert improvement_z(0.6, 10000, 0.5, 10000) > 14
     assert improvement_z(0.5, 10000, 0.5, 10000) == 0.0
+
+
+@pytest.mark.parametrize("width", [2, 3])
+def test_compiled_minibatch_gather_of_a_mask_is_plain_indexing(width):
+    """Compiled, the minibatch gather takes a boolean mask through its flat view: the same rows."""
+    from rl_gpu.algos.ppo.update import _rows
+
+    g = torch.Generator().manual_seed(width)
+    mask = torch.rand(500, width, generator=g) > 0.5
+    values = torch.randn(500, 4, generator=g)
+    idx = torch.randperm(500, generator=g)[:123]
+    torch._dynamo.reset()
+    got_mask, got_values = torch.compile(lambda i: (_rows(mask, i), _rows(values, i)), backend="inductor")(idx)
+    assert got_mask.dtype == torch.bool and torch.equal(got_mask, mask[idx]) and torch.equal(got_values, values[idx])
