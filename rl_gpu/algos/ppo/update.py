@@ -91,8 +91,8 @@ def _rows(v: Tensor, idx: Tensor) -> Tensor:
     slower than the same gather of ``B * A`` single elements."""
     if v.dtype == torch.bool and v.dim() == 2 and torch.compiler.is_compiling():
         width = v.shape[1]
-        flat_idx = idx.unsqueeze(1) * width + torch.arange(width, device=idx.device)
-        return v.reshape(-1)[flat_idx]
+        flat_idx = (idx.unsqueeze(1) * width + torch.arange(width, device=idx.device)).reshape(-1)
+        return v.reshape(-1)[flat_idx].reshape(-1, width)
     return v[idx]
 
 
