@@ -22,6 +22,7 @@ from rl_gpu.algos.ppo.algorithm import PPO
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.envs.registry import make
+from rl_gpu.runtime.allocator import keep_freed_host_memory
 
 ENV = "CartPole-v1"
 
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2, help="timed rounds (after one warm-up)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    keep_freed_host_memory()  # as rl-gpu train and bench do
     config = PPOConfig(num_minibatches=16, update_epochs=4, ent_coef=0.01)
     seeds = range(1, args.members + 1)
     transitions = args.members * args.num_envs * args.num_steps * args.iterations

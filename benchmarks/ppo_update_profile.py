@@ -31,6 +31,7 @@ import torch
 
 from rl_gpu.cli.bench import BenchConfig, _algo
 from rl_gpu.nn.layers import Tanh
+from rl_gpu.runtime.allocator import keep_freed_host_memory
 
 CATEGORIES = {
     "GEMM (mm, addmm)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
@@ -80,6 +81,7 @@ def main() -> None:
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     torch.set_num_threads(1)
+    keep_freed_host_memory()  # as rl-gpu train and bench do
     env, algo, steps = _algo(BenchConfig(env="CartPole-v1"), torch.device("cpu"), 4096, "off")
     slots = steps * env.num_envs
     minibatch = slots // algo.config.num_minibatches

@@ -343,10 +343,12 @@ def check_output(path: Path) -> None:
 def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> dict:
     """Run the benchmark described by ``cfg``; returns (and writes to ``cfg.output``) the JSON document."""
     from rl_gpu.core.device import check_threads, resolve_device
+    from rl_gpu.runtime.allocator import keep_freed_host_memory
     from rl_gpu.runtime.hardware import run_environment
 
     check_threads(cfg.threads)
     torch.set_num_threads(cfg.threads)
+    keep_freed_host_memory()
     device = resolve_device(cfg.device)
     modes = cfg.compile or (("off", "inductor", "cudagraphs") if device.type == "cuda" else ("off", "inductor"))
     if "cudagraphs" in modes and device.type != "cuda":

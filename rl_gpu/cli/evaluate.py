@@ -27,6 +27,7 @@ import tyro
 from rl_gpu.cli.parsing import fail, parse
 from rl_gpu.core.device import check_threads
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name
+from rl_gpu.runtime.allocator import keep_freed_host_memory
 from rl_gpu.training.config import MAX_EPISODES
 
 MAX_VIDEO_STEPS = 10**6
@@ -149,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         fail(PROG, str(e))
     torch.set_num_threads(config.threads)
+    keep_freed_host_memory()
     inputs = [config.checkpoint]
     try:
         if config.json_output is not None:

@@ -8,6 +8,7 @@ import torch
 from rl_gpu.core.device import resolve_device
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.registry import is_known, make, registered_ids
+from rl_gpu.runtime.allocator import keep_freed_host_memory
 from rl_gpu.training.config import TrainConfig, check_machine_limits
 from rl_gpu.training.resources import check_memory
 
@@ -25,6 +26,7 @@ def prepare(config: TrainConfig) -> torch.device:
     check_env_id(config.env)
     device = resolve_device(config.device)
     torch.set_num_threads(config.threads)
+    keep_freed_host_memory()
     return device
 
 
