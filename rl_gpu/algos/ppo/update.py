@@ -86,10 +86,13 @@ def _loss_unit(policy: nn.Module, config: PPOConfig, flat: FlatBatch, idx: Tenso
 
 
 def _rows(v: Tensor, idx: Tensor) -> Tensor:
-    """``v[idx]``. Compiled, a ``[B, A]`` boolean (the action mask) is gathered through its flat view: Inductor's
-    CPU code for a boolean row gather with a short inner dimension runs per element and measured about 10x
-    slower than the same gather of ``B * A`` single elements."""
-    if v.dtype == torch.bool and v.dim() == 2 and torch.compiler.is_compiling():
+    """``v[idx]`` (``idx``: ``[M]`` int64), in the form each path runs fastest: eager, ``index_select`` (measured
+    3-5x faster than advanced indexing for these row gathers on the CPU); compiled, plain indexing, except that a
+    ``[B, A]`` boolean (the action mask) is gathered through its flat view: Inductor's CPU code for a boolean row
+    gather with a short inner dimension runs per element, about 10x slower than the same ``B * A`` elements."""
+    if not torch.compiler.is_compiling():
+        return v.index_select(0, idx)
+    if v.dtype == torch.bool and v.dim() == 2:
         width = v.shape[1]
         flat_idx = (idx.unsqueeze(1) * width + torch.arange(width, device=idx.device)).reshape(-1)
         return v.reshape(-1)[flat_idx].reshape(-1, width)
@@ -97,7 +100,8 @@ def _rows(v: Tensor, idx: Tensor) -> Tensor:
 
 
 def _scale_unit(config: PPOConfig, flat: FlatBatch, idx: Tensor) -> MinibatchScale:
-    return minibatch_scale(flat.advantage[idx], flat.weight[idx] if flat.weight is not None else None, config)
+    return minibatch_scale(_rows(flat.advantage, idx), _rows(flat.weight, idx) if flat.weight is not None else None,
+                           config)
 
 
 def micro_batches(minibatch_size: int, config: PPOConfig) -> int:
