@@ -191,9 +191,11 @@ class _LinearTanh(torch.autograd.Function):
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """``F.linear``; on the CPU with gradients, through :class:`_Linear` (the fast orientation of the weight
-    gradient's product)."""
-    if bias is not None and x.device.type == "cpu" and torch.is_grad_enabled() and weight.requires_grad:
+    """``F.linear``; on the CPU with gradients, for a layer with fewer inputs than outputs, through
+    :class:`_Linear` (the other layers' weight gradient already has autograd's fast orientation, and the
+    Python autograd function costs tens of microseconds a call)."""
+    if (bias is not None and x.device.type == "cpu" and weight.shape[1] < weight.shape[0]
+            and torch.is_grad_enabled() and weight.requires_grad):
         return _Linear.apply(x, weight, bias)
     return F.linear(x, weight, bias)
 
