@@ -69,25 +69,14 @@ def _tanh_rational(x: Tensor) -> Tensor:
     return x * p / q
 
 
-class _TanhRational(torch.autograd.Function):
-    """:func:`_tanh_rational` with tanh's derivative ``1 - y^2`` from the saved output: inside a compiled
-    region Inductor fuses both into the loops around them (a dozen FMAs and one division per element, no
-    exponential)."""
-
-    generate_vmap_rule = True
+class _TanhRational(_TanhBySigmoid):
+    """:func:`_tanh_rational` with tanh's derivative ``1 - y^2`` from the saved output (the backward of
+    :class:`_TanhBySigmoid`): inside a compiled region Inductor fuses both into the loops around them (a dozen
+    FMAs and one division per element, no exponential)."""
 
     @staticmethod
     def forward(x: Tensor) -> Tensor:
         return _tanh_rational(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        ctx.save_for_backward(output)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> Tensor:
-        (y,) = ctx.saved_tensors
-        return grad * (1.0 - y * y)
 
 
 def _compiling_for_cpu(x: Tensor) -> bool:
