@@ -86,10 +86,10 @@ def _loss_unit(policy: nn.Module, config: PPOConfig, flat: FlatBatch, idx: Tenso
 
 
 def _rows(v: Tensor, idx: Tensor) -> Tensor:
-    """``v[idx]`` (``idx``: ``[M]`` int64), in the form each path runs fastest: eager, ``index_select`` (measured
-    3-5x faster than advanced indexing for these row gathers on the CPU); compiled, plain indexing, except that a
-    ``[B, A]`` boolean (the action mask) is gathered through its flat view: Inductor's CPU code for a boolean row
-    gather with a short inner dimension runs per element, about 10x slower than the same ``B * A`` elements."""
+    """``v[idx]`` (``idx``: ``[M]`` int64), in the form each path runs fastest (benchmarks/README.md section 14):
+    eager, ``index_select`` (faster than advanced indexing for these row gathers on the CPU); compiled, plain
+    indexing, except that a ``[B, A]`` boolean (the action mask) is gathered through its flat view: Inductor's
+    CPU code for a boolean row gather with a short inner dimension runs per element."""
     if not torch.compiler.is_compiling():
         return v.index_select(0, idx)
     if v.dtype == torch.bool and v.dim() == 2:
