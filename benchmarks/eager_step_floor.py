@@ -1,0 +1,111 @@
+"""How fast an eager torch CartPole step can be at all, against Gymnasium's NumPy ``CartPoleVectorEnv``.
+
+A hand-minimised step outside the env contract: the state one ``[4, N]`` float64 tensor, the physics in
+Gymnasium's operation order, no action validation, no ``StepResult``, legal actions or statistics, and fresh
+starts drawn only for the rows that finished (``nonzero`` + ``index_copy_``; another random stream than
+``TensorEnv.step``'s). It is not an API: it measures the floor an eager ``TensorEnv.step`` could reach with
+every service removed (benchmarks/README.md, section 15). Before timing, one step from an injected state is
+checked against Gymnasium's on the rows that did not finish.
+
+    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/eager_step_floor.py [--num-envs 4096] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import numpy as np
+import torch
+from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+GRAVITY, MASSCART, MASSPOLE, LENGTH, FORCE_MAG, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+TOTAL_MASS = MASSPOLE + MASSCART
+POLEMASS_LENGTH = MASSPOLE * LENGTH
+THETA_LIMIT = 12 * 2 * math.pi / 360
+X_LIMIT = 2.4
+
+
+class MinimalCartPole:
+    """N cart-poles with auto-reset and a 500-step limit, in as few torch calls as the physics allows."""
+
+    def __init__(self, num_envs: int, seed: int = 0) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+        self.state = self._starts(num_envs)
+        self.steps = torch.zeros(num_envs, dtype=torch.long)
+        self.forces = torch.tensor([-FORCE_MAG, FORCE_MAG], dtype=torch.float64)
+
+    def _starts(self, n: int) -> torch.Tensor:
+        return torch.rand(4, n, dtype=torch.float64, generator=self.generator).mul_(0.1).sub_(0.05)
+
+    def step(self, action: torch.Tensor):
+        x_dot, theta, theta_dot = self.state[1], self.state[2], self.state[3]
+        force = self.forces.index_select(0, action)
+        cos, sin = torch.cos(theta), torch.sin(theta)
+        temp = (force + POLEMASS_LENGTH * theta_dot.square() * sin) / TOTAL_MASS
+        theta_acc = (GRAVITY * sin - cos * temp) / (LENGTH * (4.0 / 3.0 - MASSPOLE * cos.square() / TOTAL_MASS))
+        x_acc = temp - POLEMASS_LENGTH * theta_acc * cos / TOTAL_MASS
+        state = self.state + TAU * torch.stack((x_dot, x_acc, theta_dot, theta_acc))
+        terminated = (state[0].abs() > X_LIMIT) | (state[2].abs() > THETA_LIMIT)
+        steps = self.steps.add_(1)
+        done = terminated | (steps >= 500)
+        reward = torch.ones(action.shape[0])
+        final_obs = obs = state.t().float()
+        rows = done.nonzero().squeeze(1)
+        if rows.numel():
+            fresh = self._starts(rows.numel())
+            state.index_copy_(1, rows, fresh)
+            obs = final_obs.index_copy(0, rows, fresh.t().float())
+            steps.index_fill_(0, rows, 0)
+        self.state = state
+        return obs, reward, terminated, done ^ terminated, final_obs
+
+
+def check_against_gymnasium(num_envs: int) -> None:
+    """One step from the same state and actions: equal observations (float32) on the rows that continue."""
+    gym = CartPoleVectorEnv(num_envs=num_envs)
+    gym.reset(seed=1)
+    ours = MinimalCartPole(num_envs, seed=1)
+    start = np.random.default_rng(0).uniform(-0.2, 0.2, (4, num_envs))
+    gym.state = start.copy()
+    ours.state = torch.from_numpy(start.copy())
+    actions = np.random.default_rng(1).integers(0, 2, num_envs)
+    gym_obs, _, gym_terminated, _, _ = gym.step(actions)
+    obs, _, terminated, _, _ = ours.step(torch.from_numpy(actions))
+    assert np.array_equal(terminated.numpy(), gym_terminated), "termination differs from Gymnasium's"
+    keep = ~gym_terminated
+    assert np.array_equal(obs.numpy()[keep], gym_obs[keep]), "observations differ from Gymnasium's"
+
+
+def seconds_per_step(step, actions, steps: int) -> float:
+    for i in range(50):
+        step(actions[i % len(actions)])
+    start = time.perf_counter()
+    for i in range(steps):
+        step(actions[i % len(actions)])
+    return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--steps", type=int, default=2000, help="timed steps per side and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.num_envs < 1 or args.steps < 1 or args.rounds < 1:
+        parser.error("--num-envs, --steps and --rounds must be >= 1")
+    torch.set_num_threads(1)
+    check_against_gymnasium(args.num_envs)
+    n = args.num_envs
+    for _ in range(args.rounds):
+        gym = CartPoleVectorEnv(num_envs=n)
+        gym.reset(seed=0)
+        gym_s = seconds_per_step(gym.step, np.random.randint(0, 2, (64, n)), args.steps)
+        ours_s = seconds_per_step(MinimalCartPole(n).step, torch.randint(0, 2, (64, n)), args.steps)
+        print(f"N={n}: Gymnasium {gym_s * 1e6:.0f} us/step, minimal eager torch {ours_s * 1e6:.0f} us/step "
+              f"= {gym_s / ours_s:.2f}x Gymnasium")
+
+
+if __name__ == "__main__":
+    main()
