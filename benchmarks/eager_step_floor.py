@@ -63,7 +63,7 @@ class MinimalCartPole:
 
 
 def check_against_gymnasium(num_envs: int) -> None:
-    """One step from the same state and actions: equal observations (float32) on the rows that continue."""
+    """One step from the same state and actions: the same observations (float32) on the rows that continue."""
     gym = CartPoleVectorEnv(num_envs=num_envs)
     gym.reset(seed=1)
     ours = MinimalCartPole(num_envs, seed=1)
@@ -75,7 +75,9 @@ def check_against_gymnasium(num_envs: int) -> None:
     obs, _, terminated, _, _ = ours.step(torch.from_numpy(actions))
     assert np.array_equal(terminated.numpy(), gym_terminated), "termination differs from Gymnasium's"
     keep = ~gym_terminated
-    assert np.array_equal(obs.numpy()[keep], gym_obs[keep]), "observations differ from Gymnasium's"
+    # float32 rounding of float64 states apart from 1-ulp differences between torch's and libm's sin/cos.
+    np.testing.assert_allclose(obs.numpy()[keep], gym_obs[keep], rtol=1e-6, atol=1e-7,
+                               err_msg="observations differ from Gymnasium's")
 
 
 def seconds_per_step(step, actions, steps: int) -> float:

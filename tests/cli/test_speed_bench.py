@@ -175,3 +175,25 @@ def test_bench_compares_a_mujoco_task_with_gymnasiums_own(tmp_path):
     train, text = _bench(tmp_path, "--env", "HalfCheetah-v5", "--num-envs", "4", "--compile", "off", "--repeats", "1",
                          "--measure", "train", "--num-steps", "2")
     assert train["results"][0]["transitions_per_call"] == 8 and "train N=4: rl_gpu (off)" in text
+
+
+def test_eager_step_floor_steps_cartpole_as_gymnasium_does():
+    """benchmarks/eager_step_floor.py's minimal step (the floor section 15 of benchmarks/README.md reports) is
+    CartPole: one injected step equals Gymnasium's, and over 600 steps every row stays within the 500-step limit
+    and restarts inside the reset box."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import eager_step_floor as floor
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    floor.check_against_gymnasium(257)
+    env = floor.MinimalCartPole(64, seed=3)
+    actions = torch.ones(64, dtype=torch.long)  # always push right: every episode terminates early
+    ended = 0
+    for _ in range(600):
+        obs, reward, terminated, truncated, final_obs = env.step(actions)
+        done = terminated | truncated
+        ended += int(done.sum())
+        assert int(env.steps.max()) < 500 and torch.equal(reward, torch.ones(64))
+        assert (obs[done].abs() <= 0.05).all() and torch.equal(obs[~done], final_obs[~done])
+    assert ended > 64 and not bool(truncated.any())
