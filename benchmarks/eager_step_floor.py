@@ -95,8 +95,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000, help="timed steps per side and round")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    if args.num_envs < 1 or args.steps < 1 or args.rounds < 1:
-        parser.error("--num-envs, --steps and --rounds must be >= 1")
+    for name, value, most in (("--num-envs", args.num_envs, 1 << 24), ("--steps", args.steps, 10**7),
+                              ("--rounds", args.rounds, 1000)):
+        if not 1 <= value <= most:
+            parser.error(f"{name} must be in 1..{most}, got {value}")
     torch.set_num_threads(1)
     check_against_gymnasium(args.num_envs)
     n = args.num_envs
