@@ -1,0 +1,347 @@
+"""Which self-play update rules reach a Nash equilibrium of Leduc Hold'em at all, with the sampling removed.
+
+Every rule below is run *full width*: each iteration evaluates the current policy exactly over the whole game
+tree of OpenSpiel's game (every deal, every action sequence) and applies the rule's expected update to a
+table of logits, one row per information state. No network, no sampling noise: what a rule does here is the
+best its sampled, neural form can hope for. Exploitability is OpenSpiel's, for the last iterate and for the
+average policy (iterate t weighted by the player's own reach of the information state, times t with
+``--average linear``, CFR+'s linear averaging, or times 1 with ``--average uniform``; for every rule).
+
+Rules (A(I, a) = q(I, a) - sum_b pi(b | I) q(I, b), q the counterfactual value: the acting player's
+expected return after playing a at I, weighted by the probability that chance and the opponent reach I):
+
+- ``cfr+``: regret matching+ on cumulative A, simultaneous updates, linear averaging (OpenSpiel's CFR+ with
+  ``alternating_updates=False``; the reference line).
+- ``pg``: softmax policy gradient, ``logits += eta * own(I) * pi(a | I) * A(I, a)``, own(I) the acting
+  player's reach of I. This is the expectation of PPO's update (the surrogate's gradient at ratio 1, on-policy
+  visits weight I by own x opponent x chance reach), without advantage normalisation or entropy bonus.
+- ``neurd-onpolicy``: Neural Replicator Dynamics' logit update ``logits += eta * own(I) * A(I, a)``: no
+  pi factor, but on-policy weighting, what a sampled all-actions update gives without importance weights.
+- ``neurd``: ``logits += eta * A(I, a)``: Hedge on counterfactual values at every information state
+  (counterfactual weighting; sampled, it needs a 1 / own(I) importance weight).
+- ``neurd-sampled``: ``neurd`` from sampled games instead of the full tree: ``--games`` self-play games per
+  iteration, q(I, a) from a table moved towards each batch's mean sampled return (``--q-step``; 1: the
+  latest batch's mean wherever (I, a) was played, older values only where it was not), each visit of I
+  weighted 1 / own(I) (so the expected step is ``neurd``'s), logits kept within ``--logit-bound`` of the
+  largest (without a floor the policy stops visiting actions whose q then never changes). Still tabular: it
+  separates sampling noise from function approximation.
+
+    OMP_NUM_THREADS=1 python benchmarks/selfplay_dynamics.py [--game leduc_poker] [--iterations 1000]
+        [--rules cfr+ pg:5 neurd-onpolicy:10 neurd:10 neurd-sampled:2] [--reports 10]
+        [--games 4096] [--q-step 1] [--logit-bound 4] [--seed 0] [--average linear]
+
+Needs ``open_spiel`` (``pip install 'rl-gpu[games]'``). Results and the conclusion: benchmarks/learning.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+RULES = ("cfr+", "pg", "neurd-onpolicy", "neurd", "neurd-sampled")
+DEFAULT_ETA = {"pg": 5.0, "neurd-onpolicy": 10.0, "neurd": 10.0, "neurd-sampled": 2.0}
+MAX_ITERATIONS = 1_000_000
+
+TERMINAL, CHANCE, DECISION = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One exact evaluation of a policy over the tree. S = information states, A = actions."""
+
+    q: Tensor
+    """[S, A] counterfactual action values for the player acting at each information state (0 off the legal
+    actions)."""
+    own_reach: Tensor
+    """[S] the acting player's own probability of reaching each information state."""
+    value: float
+    """Seat 0's expected return."""
+
+
+class GameTree:
+    """The whole tree of a two-player zero-sum OpenSpiel game with perfect recall, as flat tensors.
+
+    Nodes are numbered so that every parent comes before its children; ``levels[d]`` lists the nodes at depth
+    d. A policy is a ``[S, A]`` float64 table in the row order of OpenSpiel's ``TabularPolicy(game)``.
+    """
+
+    def __init__(self, game) -> None:
+        from open_spiel.python import policy as policy_lib
+
+        self.game = game
+        self.table = policy_lib.TabularPolicy(game)
+        self.mask = torch.as_tensor(self.table.legal_actions_mask).bool()
+        parent, depth, kind, player, info, action, chance, utility = ([] for _ in range(8))
+        stack = [(game.new_initial_state(), -1, 0, -1, 1.0)]
+        while stack:
+            state, up, d, a, p = stack.pop()
+            index = len(parent)
+            parent.append(up), depth.append(d), action.append(a), chance.append(p)
+            if state.is_terminal():
+                kind.append(TERMINAL), player.append(-1), info.append(-1), utility.append(state.returns()[0])
+                continue
+            utility.append(0.0)
+            if state.is_chance_node():
+                kind.append(CHANCE), player.append(-1), info.append(-1)
+                stack.extend((state.child(o), index, d + 1, o, q) for o, q in state.chance_outcomes())
+            else:
+                kind.append(DECISION), player.append(state.current_player())
+                info.append(self.table.state_lookup[state.information_state_string()])
+                stack.extend((state.child(o), index, d + 1, o, 1.0) for o in state.legal_actions())
+        self.parent = torch.tensor(parent)
+        self.kind = torch.tensor(kind)
+        self.player = torch.tensor(player)
+        self.info = torch.tensor(info)
+        self.action = torch.tensor(action)
+        self.chance = torch.tensor(chance, dtype=torch.float64)
+        self.utility = torch.tensor(utility, dtype=torch.float64)
+        depth_t = torch.tensor(depth)
+        self.levels = [torch.nonzero(depth_t == d)[:, 0] for d in range(int(depth_t.max()) + 1)]
+        up = self.parent.clamp(min=0)
+        # Per node: how its parent moved to it (decision of whom, at which information state, which action).
+        self.by_decision = (self.parent >= 0) & (self.kind[up] == DECISION)
+        self.mover = torch.where(self.by_decision, self.player[up], 0)
+        self.mover_info = torch.where(self.by_decision, self.info[up], 0)
+        self.mover_action = torch.where(self.by_decision, self.action, 0)
+        self.decisions = torch.nonzero(self.kind == DECISION)[:, 0]
+        width = max(int(torch.bincount(self.parent[1:]).max()), 1)
+        self.children = torch.full((len(parent), width), -1, dtype=torch.long)
+        order = torch.argsort(self.parent[1:], stable=True) + 1
+        slot = torch.arange(len(order)) - torch.searchsorted(self.parent[order], self.parent[order])
+        self.children[self.parent[order], slot] = order
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.parent)
+
+    def uniform(self) -> Tensor:
+        return self.mask.double() / self.mask.sum(1, keepdim=True)
+
+    def evaluate(self, probs: Tensor) -> Evaluation:
+        """Exact counterfactual values of ``probs`` ([S, A]) at every information state."""
+        n = self.num_nodes
+        # reach[:, 0], reach[:, 1]: each seat's own product of action probabilities; reach[:, 2]: chance's.
+        reach = torch.ones(n, 3, dtype=torch.float64)
+        step = torch.where(self.by_decision, probs[self.mover_info, self.mover_action], self.chance)
+        column = torch.where(self.by_decision, self.mover, 2)
+        for nodes in self.levels[1:]:
+            reach[nodes] = reach[self.parent[nodes]]
+            reach[nodes, column[nodes]] *= step[nodes]
+        value = self.utility.clone()  # seat 0's expected return from each node on
+        for upper, lower in zip(reversed(self.levels[:-1]), reversed(self.levels[1:])):
+            value[upper[self.kind[upper] != TERMINAL]] = 0.0
+            value.index_add_(0, self.parent[lower], step[lower] * value[lower])
+        children = torch.nonzero(self.by_decision)[:, 0]
+        up, seat = self.parent[children], self.mover[children]
+        sign = 1.0 - 2.0 * seat.double()
+        others = reach[up, 1 - seat] * reach[up, 2]
+        q = torch.zeros_like(probs)
+        q.index_put_((self.mover_info[children], self.mover_action[children]), others * sign * value[children],
+                     accumulate=True)
+        own = torch.zeros(probs.shape[0], dtype=torch.float64)
+        own[self.info[self.decisions]] = reach[self.decisions, self.player[self.decisions]]
+        return Evaluation(q, own, float(value[0]))
+
+    def sample(self, probs: Tensor, games: int, generator: torch.Generator) -> tuple[Tensor, ...]:
+        """Play ``games`` games of ``probs`` against itself from the root: ``(info, action, own_reach, ret)``,
+        one entry per decision taken (K of them): the information state, the action, the acting player's own
+        reach of that information state and the return that player got at the end of the game."""
+        node = torch.zeros(games, dtype=torch.long)
+        own = torch.ones(games, 2, dtype=torch.float64)
+        visits = []
+        while True:
+            live = self.kind[node] != TERMINAL
+            if not live.any():
+                break
+            kids = self.children[node].clamp(min=0)  # [G, C]
+            weight = torch.where(self.by_decision[kids], probs[self.mover_info[kids], self.mover_action[kids]],
+                                 self.chance[kids])
+            weight = torch.where((self.children[node] >= 0) & live[:, None], weight, 0.0)
+            weight[:, 0] += (~live).double()  # finished games stay where they are
+            pick = torch.multinomial(weight, 1, generator=generator)[:, 0]
+            nxt = kids.gather(1, pick[:, None])[:, 0]
+            rows = torch.nonzero(live & (self.kind[node] == DECISION))[:, 0]
+            seat = self.player[node[rows]]
+            visits.append((rows, self.info[node[rows]], self.mover_action[nxt[rows]], own[rows, seat].clone(), seat))
+            own[rows, seat] *= weight[rows].gather(1, pick[rows, None])[:, 0]
+            node = torch.where(live, nxt, node)
+        rows, info, action, reach, seat = (torch.cat(parts) for parts in zip(*visits))
+        utility = self.utility[node[rows]]
+        return info, action, reach, torch.where(seat == 0, utility, -utility)
+
+    def exploitability(self, probs: Tensor) -> float:
+        from open_spiel.python.algorithms import exploitability
+
+        self.table.action_probability_array[:] = probs.numpy()
+        return float(exploitability.exploitability(self.game, self.table))
+
+
+def normalized(weights: Tensor, mask: Tensor) -> Tensor:
+    """Rows of ``weights`` scaled to sum to 1; uniform over the legal actions where a row sums to 0."""
+    total = weights.sum(1, keepdim=True)
+    uniform = mask.double() / mask.sum(1, keepdim=True)
+    return torch.where(total > 0, weights / total.clamp(min=1e-300), uniform)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Settings of ``neurd-sampled``, and the averaging of every rule."""
+
+    games: int = 4096
+    q_step: float = 1.0
+    logit_bound: float = 4.0
+    seed: int = 0
+    linear_average: bool = True
+
+
+def run_rule(tree: GameTree, rule: str, eta: float, iterations: int, report_at: set[int],
+             sampling: Sampling = Sampling()):
+    """Yield ``(iteration, decisions sampled so far, last-iterate exploitability, average exploitability)`` at
+    each of ``report_at`` (decisions: 0 for the full-width rules)."""
+    mask = tree.mask
+    logits = torch.zeros(mask.shape, dtype=torch.float64)
+    regrets = torch.zeros_like(logits)
+    average = torch.zeros_like(logits)
+    q_table = torch.zeros_like(logits)
+    generator = torch.Generator().manual_seed(sampling.seed)
+    decisions = 0
+    for t in range(1, iterations + 1):
+        if rule == "cfr+":
+            probs = normalized(regrets * mask, mask)
+        else:
+            probs = torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=1)
+        ev = tree.evaluate(probs)
+        own = ev.own_reach[:, None]
+        average += (t if sampling.linear_average else 1.0) * own * probs
+        if rule == "neurd-sampled":
+            info, action, reach, ret = tree.sample(probs, sampling.games, generator)
+            decisions += len(info)
+            total, count = torch.zeros_like(logits), torch.zeros_like(logits)
+            total.index_put_((info, action), ret, accumulate=True)
+            count.index_put_((info, action), torch.ones_like(ret), accumulate=True)
+            q_table = torch.where(count > 0, q_table + sampling.q_step * (total / count.clamp(min=1) - q_table),
+                                  q_table)
+            # E[sum over visits of I of 1 / own(I)] / games = the reach of I by chance and opponent.
+            weight = torch.zeros(mask.shape[0], dtype=torch.float64).index_add_(0, info, 1.0 / reach)
+            advantage = (q_table - (probs * q_table).sum(1, keepdim=True)) * mask
+            logits = logits + eta * (weight / sampling.games)[:, None] * advantage
+        else:
+            advantage = (ev.q - (probs * ev.q).sum(1, keepdim=True)) * mask
+            if rule == "cfr+":
+                regrets = (regrets + advantage).clamp(min=0.0)
+            else:
+                weight = {"pg": own * probs, "neurd-onpolicy": own, "neurd": torch.ones_like(own)}[rule]
+                logits = logits + eta * weight * advantage
+        if rule != "cfr+":
+            # Softmax is unchanged by a per-row shift; keep the largest legal logit at 0 against drift.
+            logits = logits - logits.masked_fill(~mask, float("-inf")).amax(1, keepdim=True)
+            if rule == "neurd-sampled":
+                logits = logits.clamp(min=-sampling.logit_bound)
+            logits = logits.masked_fill(~mask, 0.0)
+        if t in report_at:
+            yield t, decisions, tree.exploitability(probs), tree.exploitability(normalized(average, mask))
+
+
+def parse_rule(text: str) -> tuple[str, float]:
+    name, _, eta = text.partition(":")
+    if name not in RULES:
+        raise argparse.ArgumentTypeError(f"unknown rule {name!r}; known: {', '.join(RULES)}")
+    if name == "cfr+":
+        if eta:
+            raise argparse.ArgumentTypeError("cfr+ takes no step size")
+        return name, 0.0
+    try:
+        value = float(eta) if eta else DEFAULT_ETA[name]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"step size of {name} must be a number, got {eta!r}") from None
+    if not 0.0 < value <= 1e6:
+        raise argparse.ArgumentTypeError(f"step size of {name} must be in (0, 1e6], got {eta}")
+    return name, value
+
+
+def bounded_float(low: float, high: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not low < value <= high:
+            raise argparse.ArgumentTypeError(f"must be in ({low:g}, {high:g}], got {text}")
+        return value
+    return parse
+
+
+def bounded_int(low: int, high: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
+        return value
+    return parse
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--game", default="leduc_poker",
+                        help="an OpenSpiel two-player zero-sum game with perfect recall (leduc_poker, kuhn_poker)")
+    parser.add_argument("--iterations", type=bounded_int(1, MAX_ITERATIONS), default=1000)
+    parser.add_argument("--rules", nargs="+", type=parse_rule, default=[parse_rule(r) for r in RULES],
+                        help="RULE or RULE:ETA (step size); rules: " + ", ".join(RULES))
+    parser.add_argument("--reports", type=bounded_int(1, 1000), default=10,
+                        help="how many evenly spaced iterations to report")
+    parser.add_argument("--games", type=bounded_int(1, 1_000_000), default=Sampling.games,
+                        help="neurd-sampled: self-play games per iteration")
+    parser.add_argument("--q-step", type=bounded_float(0.0, 1.0), default=Sampling.q_step,
+                        help="neurd-sampled: step of the q table towards each batch's mean return")
+    parser.add_argument("--logit-bound", type=bounded_float(0.0, 100.0), default=Sampling.logit_bound,
+                        help="neurd-sampled: no logit below the largest by more than this")
+    parser.add_argument("--seed", type=bounded_int(0, 2**63 - 1), default=Sampling.seed)
+    parser.add_argument("--average", choices=("linear", "uniform"), default="linear",
+                        help="weight of iterate t in the average policy: t (CFR+'s) or 1, times the own reach")
+    args = parser.parse_args(argv)
+    sampling = Sampling(args.games, args.q_step, args.logit_bound, args.seed, args.average == "linear")
+    try:
+        import pyspiel
+    except ImportError as e:
+        print(f"error: this benchmark needs open_spiel ({e}): pip install 'rl-gpu[games]'", file=sys.stderr)
+        return 2
+    try:
+        game = pyspiel.load_game(args.game)
+    except pyspiel.SpielError as e:
+        print(f"error: OpenSpiel has no game {args.game!r} ({e})", file=sys.stderr)
+        return 2
+    info = game.get_type()
+    if (game.num_players() != 2 or info.utility != pyspiel.GameType.Utility.ZERO_SUM
+            or not info.provides_information_state_string):
+        print(f"error: {args.game} is not a two-player zero-sum game with information states", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    tree = GameTree(game)
+    print(f"{args.game}: {tree.num_nodes} nodes, {tree.mask.shape[0]} information states "
+          f"(tree built in {time.perf_counter() - start:.1f} s); uniform random: "
+          f"{tree.exploitability(tree.uniform()):.4f}")
+    steps = max(1, args.iterations // args.reports)
+    report_at = set(range(steps, args.iterations + 1, steps)) | {args.iterations}
+    print("| rule | eta | iteration | decisions sampled | last iterate | average | seconds |\n"
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for rule, eta in args.rules:
+        start = time.perf_counter()
+        for t, decisions, last, average in run_rule(tree, rule, eta, args.iterations, report_at, sampling):
+            eta_text = "-" if rule == "cfr+" else f"{eta:g}"
+            sampled = f"{decisions:,}" if rule == "neurd-sampled" else "full width"
+            print(f"| {rule} | {eta_text} | {t} | {sampled} | {last:.4f} | {average:.4f} | "
+                  f"{time.perf_counter() - start:.1f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""benchmarks/selfplay_dynamics.py: its exact tree evaluation agrees with OpenSpiel's own (expected returns,
+CFR+ iterate for iterate), its rules run, and bad input is refused in one line with exit code 2."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("pyspiel", reason="needs open_spiel (pip install 'rl-gpu[games]')")
+
+import pyspiel
+from open_spiel.python.algorithms import cfr, expected_game_score
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def dynamics():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module("selfplay_dynamics")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def random_policy(tree, seed: int) -> torch.Tensor:
+    weights = torch.rand(tree.mask.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return (weights + 0.05) * tree.mask / ((weights + 0.05) * tree.mask).sum(1, keepdim=True)
+
+
+@pytest.mark.parametrize("name", ["kuhn_poker", "leduc_poker"])
+def test_tree_value_equals_openspiel_expected_return(dynamics, name):
+    game = pyspiel.load_game(name)
+    tree = dynamics.GameTree(game)
+    probs = random_policy(tree, seed=3)
+    tree.table.action_probability_array[:] = probs.numpy()
+    expected = expected_game_score.policy_value(game.new_initial_state(), [tree.table, tree.table])
+    assert tree.evaluate(probs).value == pytest.approx(expected[0], abs=1e-12)
+
+
+def test_counterfactual_values_give_openspiel_cfr_plus_iterate_for_iterate(dynamics):
+    """Simultaneous-update CFR+ with linear averaging built on ``GameTree.evaluate`` has, after every iteration,
+    the same average policy as OpenSpiel's solver with those settings: the counterfactual values, own reaches
+    and the averaging weights are OpenSpiel's."""
+    game = pyspiel.load_game("kuhn_poker")
+    tree = dynamics.GameTree(game)
+    solver = cfr._CFRSolver(game, regret_matching_plus=True, alternating_updates=False, linear_averaging=True)
+    mask = tree.mask
+    regrets = torch.zeros(mask.shape, dtype=torch.float64)
+    average = torch.zeros_like(regrets)
+    for t in range(1, 9):
+        probs = dynamics.normalized(regrets * mask, mask)
+        ev = tree.evaluate(probs)
+        average += t * ev.own_reach[:, None] * probs
+        regrets = (regrets + (ev.q - (probs * ev.q).sum(1, keepdim=True)) * mask).clamp(min=0)
+        solver.evaluate_and_update_policy()
+        theirs = solver.average_policy().action_probability_array
+        ours = dynamics.normalized(average, mask).numpy()
+        np.testing.assert_allclose(ours, theirs, atol=1e-12)
+
+
+def test_sampled_games_follow_the_policy(dynamics):
+    """Games sampled by ``GameTree.sample`` follow the policy: seat 0's mean return matches the exact value, and
+    visits of an information state weighted by 1 / own reach estimate the chance-and-opponent reach, the
+    weight ``neurd-sampled`` relies on (within 5 standard errors)."""
+    tree = dynamics.GameTree(pyspiel.load_game("kuhn_poker"))
+    probs = random_policy(tree, seed=5)
+    games = 200_000
+    info, action, reach, ret = tree.sample(probs, games, torch.Generator().manual_seed(0))
+    assert bool(tree.mask[info, action].all())
+    seat = torch.zeros(len(tree.mask), dtype=torch.long)
+    seat[tree.info[tree.decisions]] = tree.player[tree.decisions]
+    first = (reach == 1.0) & (seat[info] == 0)  # each game's first decision, seat 0's
+    assert int(first.sum()) == games
+    error = ret[first].std().item() / games**0.5
+    assert abs(ret[first].mean().item() - tree.evaluate(probs).value) < 5 * error
+    weights = torch.zeros(len(tree.mask), dtype=torch.float64).index_add_(0, info, 1.0 / reach) / games
+    exact = torch.zeros_like(weights)
+    for node in tree.decisions.tolist():
+        exact[tree.info[node]] += others_reach(tree, probs, node)
+    assert torch.allclose(weights, exact, atol=5 * (weights.max().item() / games) ** 0.5)
+
+
+def others_reach(tree, probs, node: int) -> float:
+    """Probability that chance and the seat not acting at ``node`` play the moves leading to it, by walking
+    up the tree one node at a time (independent of ``GameTree.evaluate``'s level-wise products)."""
+    seat = int(tree.player[node])
+    p = 1.0
+    while int(tree.parent[node]) >= 0:
+        if not bool(tree.by_decision[node]):
+            p *= float(tree.chance[node])
+        elif int(tree.mover[node]) != seat:
+            p *= float(probs[tree.mover_info[node], tree.mover_action[node]])
+        node = int(tree.parent[node])
+    return p
+
+
+def test_rules_report_and_cfr_plus_converges_on_kuhn(dynamics, capsys):
+    assert dynamics.main(["--game", "kuhn_poker", "--iterations", "100", "--reports", "2", "--games", "256"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    table = [[cell.strip() for cell in row] for row in rows[2:]]
+    assert {row[0] for row in table} == set(dynamics.RULES)
+    cfr_plus_last = [row for row in table if row[0] == "cfr+"][-1]
+    assert cfr_plus_last[2] == "100" and float(cfr_plus_last[5]) < 0.03  # uniform random: 0.4583
+    sampled = [row for row in table if row[0] == "neurd-sampled"][-1]
+    assert int(sampled[3].replace(",", "")) > 100 * 256  # at least one decision per game
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rules", "ppo"], "unknown rule 'ppo'"),
+    (["--rules", "pg:0"], "must be in (0, 1e6]"),
+    (["--rules", "pg:nan"], "must be in (0, 1e6]"),
+    (["--rules", "cfr+:2"], "cfr+ takes no step size"),
+    (["--iterations", "0"], "must be from 1"),
+    (["--iterations", "1e9"], "expected a whole number"),
+    (["--game", "no_such_game"], "OpenSpiel has no game 'no_such_game'"),
+    (["--games", "0"], "must be from 1"),
+    (["--q-step", "1.5"], "must be in (0, 1]"),
+    (["--logit-bound", "inf"], "must be in (0, 100]"),
+    (["--game", "tic_tac_toe"], "not a two-player zero-sum game with information states"),
+])
+def test_bad_input_is_refused_with_exit_code_2(dynamics, capsys, argv, message):
+    try:
+        code = dynamics.main(argv)
+    except SystemExit as e:
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
