@@ -26,9 +26,13 @@ expected return after playing a at I, weighted by the probability that chance an
   largest (without a floor the policy stops visiting actions whose q then never changes). Still tabular: it
   separates sampling noise from function approximation.
 
+``--network`` runs ``pg``, ``neurd-onpolicy`` and ``neurd`` full width with a network in place of the table
+(:func:`run_network_rule`): function approximation without sampling.
+
     OMP_NUM_THREADS=1 python benchmarks/selfplay_dynamics.py [--game leduc_poker] [--iterations 1000]
         [--rules cfr+ pg:5 neurd-onpolicy:10 neurd:10 neurd-sampled:2] [--reports 10]
         [--games 4096] [--q-step 1] [--logit-bound 4] [--seed 0] [--average linear]
+    OMP_NUM_THREADS=1 python benchmarks/selfplay_dynamics.py --network [--lr 3e-3] [--logit-bound 2]
 
 Needs ``open_spiel`` (``pip install 'rl-gpu[games]'``). Results and the conclusion: benchmarks/learning.md.
 """
@@ -46,6 +50,8 @@ from torch import Tensor
 RULES = ("cfr+", "pg", "neurd-onpolicy", "neurd", "neurd-sampled")
 DEFAULT_ETA = {"pg": 5.0, "neurd-onpolicy": 10.0, "neurd": 10.0, "neurd-sampled": 2.0}
 MAX_ITERATIONS = 1_000_000
+MAX_NODES = 200_000
+"""Largest tree built (Leduc has 9,457 nodes); a larger game is refused while its tree is being walked."""
 
 TERMINAL, CHANCE, DECISION = 0, 1, 2
 
@@ -70,33 +76,36 @@ class GameTree:
     d. A policy is a ``[S, A]`` float64 table in the row order of OpenSpiel's ``TabularPolicy(game)``.
     """
 
-    def __init__(self, game) -> None:
+    def __init__(self, game, max_nodes: int = MAX_NODES) -> None:
         from open_spiel.python import policy as policy_lib
 
         self.game = game
-        self.table = policy_lib.TabularPolicy(game)
-        self.mask = torch.as_tensor(self.table.legal_actions_mask).bool()
         parent, depth, kind, player, info, action, chance, utility = ([] for _ in range(8))
         stack = [(game.new_initial_state(), -1, 0, -1, 1.0)]
         while stack:
             state, up, d, a, p = stack.pop()
             index = len(parent)
+            if index >= max_nodes:
+                raise ValueError(f"the game tree has more than {max_nodes:,} nodes")
             parent.append(up), depth.append(d), action.append(a), chance.append(p)
             if state.is_terminal():
-                kind.append(TERMINAL), player.append(-1), info.append(-1), utility.append(state.returns()[0])
+                kind.append(TERMINAL), player.append(-1), info.append(None), utility.append(state.returns()[0])
                 continue
             utility.append(0.0)
             if state.is_chance_node():
-                kind.append(CHANCE), player.append(-1), info.append(-1)
+                kind.append(CHANCE), player.append(-1), info.append(None)
                 stack.extend((state.child(o), index, d + 1, o, q) for o, q in state.chance_outcomes())
             else:
                 kind.append(DECISION), player.append(state.current_player())
-                info.append(self.table.state_lookup[state.information_state_string()])
+                info.append(state.information_state_string())
                 stack.extend((state.child(o), index, d + 1, o, 1.0) for o in state.legal_actions())
         self.parent = torch.tensor(parent)
         self.kind = torch.tensor(kind)
         self.player = torch.tensor(player)
-        self.info = torch.tensor(info)
+        # The table's constructor walks the game too: only once the walk above stayed within the cap.
+        self.table = policy_lib.TabularPolicy(game)
+        self.mask = torch.as_tensor(self.table.legal_actions_mask).bool()
+        self.info = torch.tensor([-1 if key is None else self.table.state_lookup[key] for key in info])
         self.action = torch.tensor(action)
         self.chance = torch.tensor(chance, dtype=torch.float64)
         self.utility = torch.tensor(utility, dtype=torch.float64)
@@ -247,6 +256,47 @@ def run_rule(tree: GameTree, rule: str, eta: float, iterations: int, report_at: 
             yield t, decisions, tree.exploitability(probs), tree.exploitability(normalized(average, mask))
 
 
+NETWORK_RULES = ("pg", "neurd-onpolicy", "neurd")
+
+
+def run_network_rule(tree: GameTree, rule: str, iterations: int, report_at: set[int], lr: float,
+                     sampling: Sampling = Sampling()):
+    """``run_rule`` with the table of logits replaced by a network: a 64-64 tanh MLP (the library's default
+    actor) read out at every information state's tensor, one Adam step (``lr``) per iteration on the loss
+    ``-sum weight(I) x A(I, a) x (logit(I, a) - sum_b pi(b | I) logit(I, b))``, whose gradient moves each
+    logit as the rule moves the table (Adam sets the step's scale, so the rule's step size does not apply).
+    NeuRD's rules stop pushing a centred logit beyond ``sampling.logit_bound`` (NeuRD's threshold)."""
+    mask = tree.mask
+    obs = torch.tensor([state.information_state_tensor() for state in tree.table.states], dtype=torch.float32)
+    torch.manual_seed(sampling.seed)
+    net = torch.nn.Sequential(torch.nn.Linear(obs.shape[1], 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+                              torch.nn.Tanh(), torch.nn.Linear(64, mask.shape[1]))
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    average = torch.zeros(mask.shape, dtype=torch.float64)
+    for t in range(1, iterations + 1):
+        logits = net(obs).double().masked_fill(~mask, float("-inf"))
+        probs = torch.softmax(logits, dim=1)
+        ev = tree.evaluate(probs.detach())
+        own = ev.own_reach[:, None]
+        average += (t if sampling.linear_average else 1.0) * own * probs.detach()
+        advantage = (ev.q - (probs.detach() * ev.q).sum(1, keepdim=True)) * mask
+        centred = (logits - (probs.detach() * logits.masked_fill(~mask, 0.0)).sum(1, keepdim=True))
+        centred = centred.masked_fill(~mask, 0.0)
+        if rule == "pg":
+            weight = own * probs.detach()
+        else:
+            weight = own if rule == "neurd-onpolicy" else torch.ones_like(own)
+            c = centred.detach()
+            beyond = ((c > sampling.logit_bound) & (advantage > 0)) | ((c < -sampling.logit_bound) & (advantage < 0))
+            advantage = advantage.masked_fill(beyond, 0.0)
+        loss = -(weight * advantage * centred).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if t in report_at:
+            yield t, 0, tree.exploitability(probs.detach()), tree.exploitability(normalized(average, mask))
+
+
 def parse_rule(text: str) -> tuple[str, float]:
     name, _, eta = text.partition(":")
     if name not in RULES:
@@ -293,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--game", default="leduc_poker",
                         help="an OpenSpiel two-player zero-sum game with perfect recall (leduc_poker, kuhn_poker)")
     parser.add_argument("--iterations", type=bounded_int(1, MAX_ITERATIONS), default=1000)
-    parser.add_argument("--rules", nargs="+", type=parse_rule, default=[parse_rule(r) for r in RULES],
-                        help="RULE or RULE:ETA (step size); rules: " + ", ".join(RULES))
+    parser.add_argument("--rules", nargs="+", type=parse_rule, default=None,
+                        help="RULE or RULE:ETA (step size); rules: " + ", ".join(RULES) + " (default: all of them; "
+                             "with --network: " + ", ".join(NETWORK_RULES) + ")")
     parser.add_argument("--reports", type=bounded_int(1, 1000), default=10,
                         help="how many evenly spaced iterations to report")
     parser.add_argument("--games", type=bounded_int(1, 1_000_000), default=Sampling.games,
@@ -306,7 +357,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=bounded_int(0, 2**63 - 1), default=Sampling.seed)
     parser.add_argument("--average", choices=("linear", "uniform"), default="linear",
                         help="weight of iterate t in the average policy: t (CFR+'s) or 1, times the own reach")
+    parser.add_argument("--network", action="store_true",
+                        help="the policy is a 64-64 tanh MLP over information state tensors, one Adam step per "
+                             "iteration (rules " + ", ".join(NETWORK_RULES) + "; --logit-bound is NeuRD's threshold)")
+    parser.add_argument("--lr", type=bounded_float(0.0, 1.0), default=3e-3, help="--network: Adam's learning rate")
     args = parser.parse_args(argv)
+    if args.rules is None:
+        args.rules = [parse_rule(rule) for rule in (NETWORK_RULES if args.network else RULES)]
+    if args.network and any(rule not in NETWORK_RULES for rule, _ in args.rules):
+        parser.error(f"--network runs the rules {', '.join(NETWORK_RULES)} only; got "
+                     f"{', '.join(rule for rule, _ in args.rules)}")
     sampling = Sampling(args.games, args.q_step, args.logit_bound, args.seed, args.average == "linear")
     try:
         import pyspiel
@@ -320,12 +380,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     info = game.get_type()
     if (game.num_players() != 2 or info.utility != pyspiel.GameType.Utility.ZERO_SUM
+            or info.information != pyspiel.GameType.Information.IMPERFECT_INFORMATION
             or not info.provides_information_state_string):
-        print(f"error: {args.game} is not a two-player zero-sum game with information states", file=sys.stderr)
+        print(f"error: {args.game} is not a two-player zero-sum imperfect-information game with information "
+              "states", file=sys.stderr)
         return 2
     torch.set_num_threads(1)
     start = time.perf_counter()
-    tree = GameTree(game)
+    try:
+        tree = GameTree(game)
+    except ValueError as e:
+        print(f"error: {args.game} is too large to run full width here ({e})", file=sys.stderr)
+        return 2
     print(f"{args.game}: {tree.num_nodes} nodes, {tree.mask.shape[0]} information states "
           f"(tree built in {time.perf_counter() - start:.1f} s); uniform random: "
           f"{tree.exploitability(tree.uniform()):.4f}")
@@ -335,8 +401,12 @@ def main(argv: list[str] | None = None) -> int:
           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for rule, eta in args.rules:
         start = time.perf_counter()
-        for t, decisions, last, average in run_rule(tree, rule, eta, args.iterations, report_at, sampling):
-            eta_text = "-" if rule == "cfr+" else f"{eta:g}"
+        if args.network:
+            runs = run_network_rule(tree, rule, args.iterations, report_at, args.lr, sampling)
+        else:
+            runs = run_rule(tree, rule, eta, args.iterations, report_at, sampling)
+        for t, decisions, last, average in runs:
+            eta_text = f"Adam {args.lr:g}" if args.network else "-" if rule == "cfr+" else f"{eta:g}"
             sampled = f"{decisions:,}" if rule == "neurd-sampled" else "full width"
             print(f"| {rule} | {eta_text} | {t} | {sampled} | {last:.4f} | {average:.4f} | "
                   f"{time.perf_counter() - start:.1f} |", flush=True)
