@@ -1,9 +1,9 @@
 """Which self-play update rules reach a Nash equilibrium of Leduc Hold'em at all, with the sampling removed.
 
-Every rule below is run *full width*: each iteration evaluates the current policy exactly over the whole game
-tree of OpenSpiel's game (every deal, every action sequence) and applies the rule's expected update to a
-table of logits, one row per information state. No network, no sampling noise: what a rule does here is the
-best its sampled, neural form can hope for. Exploitability is OpenSpiel's, for the last iterate and for the
+The rules run *full width*: each iteration evaluates the current policy exactly over the whole game tree of
+OpenSpiel's game (every deal, every action sequence) and applies the rule's expected update to a table of
+logits, one row per information state. Without a network or sampling noise, what a rule does here is the best
+its sampled, neural form can hope for; ``neurd-sampled`` then adds the sampling, ``--network`` the network. Exploitability is OpenSpiel's, for the last iterate and for the
 average policy (iterate t weighted by the player's own reach of the information state, times t with
 ``--average linear``, CFR+'s linear averaging, or times 1 with ``--average uniform``; for every rule).
 
