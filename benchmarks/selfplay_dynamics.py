@@ -40,6 +40,7 @@ Needs ``open_spiel`` (``pip install 'rl-gpu[games]'``). Results and the conclusi
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -338,6 +339,20 @@ def bounded_int(low: int, high: int):
     return parse
 
 
+def load_game_quietly(pyspiel, name: str):
+    """``pyspiel.load_game(name)`` with OpenSpiel's own report of a bad name (its C++ side writes the list of
+    every game to file descriptor 2) kept off the terminal; the ``SpielError`` still says what was wrong."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        return pyspiel.load_game(name)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--game", default="leduc_poker",
@@ -374,9 +389,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: this benchmark needs open_spiel ({e}): pip install 'rl-gpu[games]'", file=sys.stderr)
         return 2
     try:
-        game = pyspiel.load_game(args.game)
+        game = load_game_quietly(pyspiel, args.game)
     except pyspiel.SpielError as e:
-        print(f"error: OpenSpiel has no game {args.game!r} ({e})", file=sys.stderr)
+        reason = (str(e).splitlines() or ["refused"])[0].split(" Available games are")[0]
+        print(f"error: OpenSpiel has no game {args.game!r} ({reason}); e.g. leduc_poker, kuhn_poker", file=sys.stderr)
         return 2
     info = game.get_type()
     if (game.num_players() != 2 or info.utility != pyspiel.GameType.Utility.ZERO_SUM

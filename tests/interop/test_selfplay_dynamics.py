@@ -142,11 +142,13 @@ def test_network_rules_learn_on_kuhn(dynamics, capsys):
     (["--game", "tic_tac_toe"], "not a two-player zero-sum imperfect-information game"),
     (["--game", "leduc_poker(players=3)"], "not a two-player zero-sum imperfect-information game"),
 ])
-def test_bad_input_is_refused_with_exit_code_2(dynamics, capsys, argv, message):
+def test_bad_input_is_refused_with_exit_code_2(dynamics, capfd, argv, message):
     try:
         code = dynamics.main(argv)
     except SystemExit as e:
         code = e.code
     assert code == 2
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err  # file descriptor 2: OpenSpiel's C++ side writes there too
     assert message in err and "Traceback" not in err
+    if "--game" in argv:  # refused after parsing: one line, none of OpenSpiel's list of games
+        assert len(err.strip().splitlines()) == 1
