@@ -1,3 +1,8 @@
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
 import torch
 
 # MuJoCo picks its OpenGL platform when first imported: let rl_gpu choose a headless one (EGL, OSMesa) before any
@@ -6,3 +11,18 @@ import rl_gpu.envs.mujoco  # noqa: F401,E402
 
 # One intra-op thread, as the Makefile sets: the suite is small tensors, and extra threads only contend.
 torch.set_num_threads(1)
+
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="session")
+def benchmark_script():
+    """``benchmark_script(name)`` imports benchmarks/NAME.py (a folder of scripts, not a package)."""
+    def load(name: str):
+        sys.path.insert(0, str(BENCHMARKS))
+        try:
+            return importlib.import_module(name)
+        finally:
+            sys.path.remove(str(BENCHMARKS))
+    return load

@@ -1,6 +1,5 @@
 """``rl-gpu bench``: what it measures, counts and records; rollout storage per environment."""
 
-import importlib
 import json
 import os
 import subprocess
@@ -109,20 +108,11 @@ def test_ppo_without_compile_flag_is_eager_on_cpu():
     assert algo.compile == "off"
 
 
-def _benchmark(name: str):
-    """Import benchmarks/NAME.py (a script folder, not a package)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-
-
-def test_time_to_solve_settings_solve_cartpole():
+def test_time_to_solve_settings_solve_cartpole(benchmark_script):
     """The rl_gpu side of benchmarks/time_to_solve.py (its worker, settings and evaluation protocol) runs and
     solves CartPole-v1: 20 deterministic evaluation episodes averaging >= 475 within 60k environment steps (the
     reported runs needed 5k-15k; this bounds a regression, not the speed)."""
-    time_to_solve = _benchmark("time_to_solve")
+    time_to_solve = benchmark_script("time_to_solve")
     result = time_to_solve.worker_rl_gpu(3, 5000, "off", {"max_env_steps": 61_440})
     assert result["solved"], result["evaluations"]
     steps, mean_return = result["evaluations"][-1]
@@ -183,11 +173,11 @@ def test_bench_compares_a_mujoco_task_with_gymnasiums_own(tmp_path):
     assert train["results"][0]["transitions_per_call"] == 8 and "train N=4: rl_gpu (off)" in text
 
 
-def test_eager_step_floor_steps_cartpole_as_gymnasium_does():
+def test_eager_step_floor_steps_cartpole_as_gymnasium_does(benchmark_script):
     """benchmarks/eager_step_floor.py's minimal step (the floor section 15 of benchmarks/README.md reports) is
     CartPole: one injected step equals Gymnasium's, and over 600 steps every row stays within the 500-step limit
     and restarts inside the reset box."""
-    floor = _benchmark("eager_step_floor")
+    floor = benchmark_script("eager_step_floor")
     floor.check_against_gymnasium(257)
     env = floor.MinimalCartPole(64, seed=3)
     actions = torch.ones(64, dtype=torch.long)  # always push right: every episode terminates early

@@ -3,10 +3,6 @@ CFR+ iterate for iterate), its rules run, and bad input is refused in one line w
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -16,16 +12,10 @@ pytest.importorskip("pyspiel", reason="needs open_spiel (pip install 'rl-gpu[gam
 import pyspiel
 from open_spiel.python.algorithms import cfr, expected_game_score
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
-def dynamics():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        return importlib.import_module("selfplay_dynamics")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+def dynamics(benchmark_script):
+    return benchmark_script("selfplay_dynamics")
 
 
 def random_policy(tree, seed: int) -> torch.Tensor:
