@@ -119,6 +119,8 @@ class GameTree:
         self.mover_info = torch.where(self.by_decision, self.info[up], 0)
         self.mover_action = torch.where(self.by_decision, self.action, 0)
         self.decisions = torch.nonzero(self.kind == DECISION)[:, 0]
+        self.moves = torch.nonzero(self.by_decision)[:, 0]  # nodes a player's action leads to
+        self.move_sign = 1.0 - 2.0 * self.mover[self.moves].double()  # seat 0's value -> the mover's
         width = max(int(torch.bincount(self.parent[1:]).max()), 1)
         self.children = torch.full((len(parent), width), -1, dtype=torch.long)
         order = torch.argsort(self.parent[1:], stable=True) + 1
@@ -146,12 +148,11 @@ class GameTree:
         for upper, lower in zip(reversed(self.levels[:-1]), reversed(self.levels[1:])):
             value[upper[self.kind[upper] != TERMINAL]] = 0.0
             value.index_add_(0, self.parent[lower], step[lower] * value[lower])
-        children = torch.nonzero(self.by_decision)[:, 0]
-        up, seat = self.parent[children], self.mover[children]
-        sign = 1.0 - 2.0 * seat.double()
+        moves = self.moves
+        up, seat = self.parent[moves], self.mover[moves]
         others = reach[up, 1 - seat] * reach[up, 2]
         q = torch.zeros_like(probs)
-        q.index_put_((self.mover_info[children], self.mover_action[children]), others * sign * value[children],
+        q.index_put_((self.mover_info[moves], self.mover_action[moves]), others * self.move_sign * value[moves],
                      accumulate=True)
         own = torch.zeros(probs.shape[0], dtype=torch.float64)
         own[self.info[self.decisions]] = reach[self.decisions, self.player[self.decisions]]
