@@ -8,6 +8,13 @@ every service removed (benchmarks/README.md, section 15). Before timing, one ste
 checked against Gymnasium's on the rows that did not finish.
 
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/eager_step_floor.py [--num-envs 4096] [--rounds 3]
+
+``--compiled`` adds the library's own step, eager (``TensorEnv.step``) and through Inductor (its pure
+``step_state`` compiled, fresh starts drawn eagerly before each call as ``TensorEnv.step`` draws them; checked
+equal to the eager step first), and the same compiled step with its boolean results returned as bytes
+(``bool -> float32 -> uint8`` inside the graph, viewed as bool outside): Inductor's CPU code stores a
+comparison's boolean result element by element through its vector-mask type, which the last line times
+against eager PyTorch.
 """
 
 from __future__ import annotations
@@ -89,11 +96,64 @@ def seconds_per_step(step, actions, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def compiled_steps(n: int):
+    """``(eager step, compiled step, compiled step with byte outputs)`` of the library's CartPole-v1 at N=n,
+    each a callable taking ``[N]`` actions, after checking one compiled step against the eager one."""
+    from torch.utils import _pytree as pytree
+
+    from rl_gpu.envs.registry import make
+
+    env = make("CartPole-v1", num_envs=n, device="cpu", seed=1, validate_actions=False)
+
+    def bytes_out(*args):
+        out = env.step_state(*args)
+        return pytree.tree_map(
+            lambda x: x.float().to(torch.uint8) if torch.is_tensor(x) and x.dtype == torch.bool else x, out)
+
+    compiled = torch.compile(env.step_state, dynamic=False, fullgraph=True)
+    as_bytes = torch.compile(bytes_out, dynamic=False, fullgraph=True)
+    action = torch.randint(0, 2, (n,), generator=torch.Generator().manual_seed(2))
+    reset = env.draw_starts(n)
+    leaves, spec = pytree.tree_flatten(env.step_state(env.state, action, reset))
+    was_bool = [torch.is_tensor(x) and x.dtype == torch.bool for x in leaves]
+    for got in (compiled(env.state, action, reset), as_bytes(env.state, action, reset)):
+        got = [x.view(torch.bool) if b else x for x, b in zip(pytree.tree_leaves(got), was_bool)]
+        for want, have in zip(leaves, got):
+            torch.testing.assert_close(have, want, msg="compiled step differs from eager")
+
+    def compiled_step(a):
+        env.state, _ = compiled(env.state, a, env.draw_starts(n))
+
+    def bytes_step(a):
+        out = pytree.tree_leaves(as_bytes(env.state, a, env.draw_starts(n)))
+        out = [x.view(torch.bool) if b else x for x, b in zip(out, was_bool)]
+        env.state, _ = pytree.tree_unflatten(out, spec)
+
+    return env.step, compiled_step, bytes_step
+
+
+def bool_store_ns(n: int = 1 << 16, calls: int = 300) -> tuple[float, float]:
+    """Nanoseconds per element of ``x > 0.5`` (float64 in, bool out): eager, and as one Inductor kernel."""
+    x = torch.rand(n, dtype=torch.float64)
+    compiled = torch.compile(lambda v: v > 0.5, dynamic=False)
+    times = []
+    for fn in (lambda v: v > 0.5, compiled):
+        for _ in range(10):
+            fn(x)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn(x)
+        times.append((time.perf_counter() - start) / calls / n * 1e9)
+    return times[0], times[1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-envs", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=2000, help="timed steps per side and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--compiled", action="store_true",
+                        help="also time TensorEnv.step eager and its step compiled by Inductor")
     args = parser.parse_args()
     for name, value, most in (("--num-envs", args.num_envs, 1 << 24), ("--steps", args.steps, 10**7),
                               ("--rounds", args.rounds, 1000)):
@@ -102,6 +162,7 @@ def main() -> None:
     torch.set_num_threads(1)
     check_against_gymnasium(args.num_envs)
     n = args.num_envs
+    library = compiled_steps(n) if args.compiled else None
     for _ in range(args.rounds):
         gym = CartPoleVectorEnv(num_envs=n)
         gym.reset(seed=0)
@@ -109,6 +170,16 @@ def main() -> None:
         ours_s = seconds_per_step(MinimalCartPole(n).step, torch.randint(0, 2, (64, n)), args.steps)
         print(f"N={n}: Gymnasium {gym_s * 1e6:.0f} us/step, minimal eager torch {ours_s * 1e6:.0f} us/step "
               f"= {gym_s / ours_s:.2f}x Gymnasium")
+        if library is not None:
+            actions = torch.randint(0, 2, (64, n))
+            for name, step in zip(("TensorEnv.step, eager", "step_state, Inductor",
+                                   "step_state, Inductor, bytes out"), library):
+                took = seconds_per_step(step, actions, args.steps)
+                print(f"    {name:<32} {took * 1e6:5.0f} us/step = {gym_s / took:.2f}x Gymnasium")
+    if library is not None:
+        eager_ns, inductor_ns = bool_store_ns()
+        print(f"x > 0.5 on 65,536 float64 values, bool out: eager {eager_ns:.2f} ns/element, "
+              f"Inductor {inductor_ns:.2f} ns/element")
 
 
 if __name__ == "__main__":

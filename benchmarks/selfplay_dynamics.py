@@ -27,12 +27,14 @@ expected return after playing a at I, weighted by the probability that chance an
   separates sampling noise from function approximation.
 
 ``--network`` runs ``pg``, ``neurd-onpolicy`` and ``neurd`` full width with a network in place of the table
-(:func:`run_network_rule`): function approximation without sampling.
+(:func:`run_network_rule`): function approximation without sampling; and ``neurd-sampled`` with both, a
+policy network and a q network fitted to sampled returns: what a trainer would run.
 
     OMP_NUM_THREADS=1 python benchmarks/selfplay_dynamics.py [--game leduc_poker] [--iterations 1000]
         [--rules cfr+ pg:5 neurd-onpolicy:10 neurd:10 neurd-sampled:2] [--reports 10]
         [--games 4096] [--q-step 1] [--logit-bound 4] [--seed 0] [--average linear]
     OMP_NUM_THREADS=1 python benchmarks/selfplay_dynamics.py --network [--lr 3e-3] [--logit-bound 2]
+        [--rules neurd-sampled --games 256 --q-lr 1e-3 --q-updates 2]
 
 Needs ``open_spiel`` (``pip install 'rl-gpu[games]'``). Results and the conclusion: benchmarks/learning.md.
 """
@@ -208,6 +210,12 @@ class Sampling:
     logit_bound: float = 4.0
     seed: int = 0
     linear_average: bool = True
+    q_updates: int = 2
+    """--network: Adam steps of the q network per batch"""
+    q_lr: float = 1e-3
+    """--network: the q network's learning rate"""
+    q_correction: bool = False
+    """--network: correct the q network by each sampled return (:func:`corrected_advantage`)"""
 
 
 def run_rule(tree: GameTree, rule: str, eta: float, iterations: int, report_at: set[int],
@@ -258,36 +266,91 @@ def run_rule(tree: GameTree, rule: str, eta: float, iterations: int, report_at: 
             yield t, decisions, tree.exploitability(probs), tree.exploitability(normalized(average, mask))
 
 
-NETWORK_RULES = ("pg", "neurd-onpolicy", "neurd")
+NETWORK_RULES = ("pg", "neurd-onpolicy", "neurd", "neurd-sampled")
+
+
+def mlp(inputs: int, outputs: int) -> torch.nn.Module:
+    """The library's default actor: 64-64 tanh."""
+    return torch.nn.Sequential(torch.nn.Linear(inputs, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+                               torch.nn.Tanh(), torch.nn.Linear(64, outputs))
+
+
+def corrected_advantage(q: Tensor, pi: Tensor, mask: Tensor, info: Tensor, action: Tensor, reach: Tensor,
+                        ret: Tensor) -> Tensor:
+    """``[S, A]``: sum over the K sampled visits of each information state of ``A~(I_k, .) / own(I_k)``.
+
+    ``q~(I_k, b) = q(I_k, b) + 1[b = a_k] (G_k - q(I_k, a_k)) / pi(a_k | I_k)`` corrects the q network's
+    value of the action played by the return that followed (VR-MCCFR's baseline-corrected estimate): its
+    expectation over the action is the true action value whatever the network's error, which only changes the
+    variance. ``A~ = q~ - sum_b pi(b) q~(., b)``. Shapes: q, pi, mask ``[S, A]``; info, action, reach, ret
+    ``[K]``."""
+    rows = torch.arange(len(info))
+    visit_q = q[info].clone()
+    visit_q[rows, action] += (ret - visit_q[rows, action]) / pi[info, action]
+    visit_pi = pi[info]
+    visit_advantage = (visit_q - (visit_pi * visit_q).sum(1, keepdim=True)) * mask[info]
+    return torch.zeros_like(q).index_add_(0, info, visit_advantage / reach[:, None])
 
 
 def run_network_rule(tree: GameTree, rule: str, iterations: int, report_at: set[int], lr: float,
                      sampling: Sampling = Sampling()):
-    """``run_rule`` with the table of logits replaced by a network: a 64-64 tanh MLP (the library's default
-    actor) read out at every information state's tensor, one Adam step (``lr``) per iteration on the loss
+    """``run_rule`` with the table of logits replaced by a network (:func:`mlp`) read out at every information
+    state's tensor, one Adam step (``lr``) per iteration on the loss
     ``-sum weight(I) x A(I, a) x (logit(I, a) - sum_b pi(b | I) logit(I, b))``, whose gradient moves each
     logit as the rule moves the table (Adam sets the step's scale, so the rule's step size does not apply).
-    NeuRD's rules stop pushing a centred logit beyond ``sampling.logit_bound`` (NeuRD's threshold)."""
+    NeuRD's rules stop pushing a centred logit beyond ``sampling.logit_bound`` (NeuRD's threshold).
+
+    ``neurd-sampled`` is what a trainer would run: ``sampling.games`` self-play games per iteration, q(I, a)
+    from a second network (:func:`mlp`) fitted to the sampled returns of the actions played
+    (``sampling.q_updates`` Adam steps at ``sampling.q_lr`` on the squared error per iteration), and
+    weight(I) = sum over the batch's visits of I of 1 / own(I), divided by the number of games (so that its
+    expectation is ``neurd``'s weight of 1, as in the tabular rule); with ``sampling.q_correction``, each visit's
+    advantage from :func:`corrected_advantage` instead. The average policy is still taken exactly
+    over the tree, as for every rule, so that it measures the iterates, not an estimate of their average."""
     mask = tree.mask
     obs = torch.tensor([state.information_state_tensor() for state in tree.table.states], dtype=torch.float32)
     torch.manual_seed(sampling.seed)
-    net = torch.nn.Sequential(torch.nn.Linear(obs.shape[1], 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
-                              torch.nn.Tanh(), torch.nn.Linear(64, mask.shape[1]))
+    net = mlp(obs.shape[1], mask.shape[1])
     optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    if rule == "neurd-sampled":
+        q_net = mlp(obs.shape[1], mask.shape[1])
+        q_optimizer = torch.optim.Adam(q_net.parameters(), lr=sampling.q_lr)
+        generator = torch.Generator().manual_seed(sampling.seed)
     average = torch.zeros(mask.shape, dtype=torch.float64)
+    decisions = 0
     for t in range(1, iterations + 1):
         logits = net(obs).double().masked_fill(~mask, float("-inf"))
         probs = torch.softmax(logits, dim=1)
-        ev = tree.evaluate(probs.detach())
+        pi = probs.detach()
+        ev = tree.evaluate(pi)
         own = ev.own_reach[:, None]
-        average += (t if sampling.linear_average else 1.0) * own * probs.detach()
-        advantage = (ev.q - (probs.detach() * ev.q).sum(1, keepdim=True)) * mask
-        centred = (logits - (probs.detach() * logits.masked_fill(~mask, 0.0)).sum(1, keepdim=True))
+        average += (t if sampling.linear_average else 1.0) * own * pi
+        if rule == "neurd-sampled":
+            info, action, reach, ret = tree.sample(pi, sampling.games, generator)
+            decisions += len(info)
+            inputs, target = obs[info], ret.float()
+            for _ in range(sampling.q_updates):
+                q_loss = (q_net(inputs).gather(1, action[:, None])[:, 0] - target).square().mean()
+                q_optimizer.zero_grad()
+                q_loss.backward()
+                q_optimizer.step()
+            with torch.no_grad():
+                q = q_net(obs).double()
+            if sampling.q_correction:
+                weight = torch.ones_like(own)
+                advantage = corrected_advantage(q, pi, mask, info, action, reach, ret) / sampling.games
+            else:
+                weight = torch.zeros(mask.shape[0], dtype=torch.float64).index_add_(0, info, 1.0 / reach)
+                weight = (weight / sampling.games)[:, None]
+                advantage = (q - (pi * q).sum(1, keepdim=True)) * mask
+        else:
+            weight = torch.ones_like(own) if rule == "neurd" else own
+            advantage = (ev.q - (pi * ev.q).sum(1, keepdim=True)) * mask
+        centred = (logits - (pi * logits.masked_fill(~mask, 0.0)).sum(1, keepdim=True))
         centred = centred.masked_fill(~mask, 0.0)
         if rule == "pg":
-            weight = own * probs.detach()
+            weight = weight * pi
         else:
-            weight = own if rule == "neurd-onpolicy" else torch.ones_like(own)
             c = centred.detach()
             beyond = ((c > sampling.logit_bound) & (advantage > 0)) | ((c < -sampling.logit_bound) & (advantage < 0))
             advantage = advantage.masked_fill(beyond, 0.0)
@@ -296,7 +359,7 @@ def run_network_rule(tree: GameTree, rule: str, iterations: int, report_at: set[
         loss.backward()
         optimizer.step()
         if t in report_at:
-            yield t, 0, tree.exploitability(probs.detach()), tree.exploitability(normalized(average, mask))
+            yield t, decisions, tree.exploitability(pi), tree.exploitability(normalized(average, mask))
 
 
 def parse_rule(text: str) -> tuple[str, float]:
@@ -377,13 +440,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="the policy is a 64-64 tanh MLP over information state tensors, one Adam step per "
                              "iteration (rules " + ", ".join(NETWORK_RULES) + "; --logit-bound is NeuRD's threshold)")
     parser.add_argument("--lr", type=bounded_float(0.0, 1.0), default=3e-3, help="--network: Adam's learning rate")
+    parser.add_argument("--q-lr", type=bounded_float(0.0, 1.0), default=None,
+                        help=f"--network neurd-sampled: the q network's Adam learning rate (default {Sampling.q_lr:g})")
+    parser.add_argument("--q-updates", type=bounded_int(1, 1000), default=None,
+                        help="--network neurd-sampled: Adam steps of the q network per batch of games "
+                             f"(default {Sampling.q_updates})")
+    parser.add_argument("--q-correction", action="store_true",
+                        help="--network neurd-sampled: the q network's value of each action played corrected by "
+                             "the return that followed (importance-weighted: unbiased whatever the network's error)")
     args = parser.parse_args(argv)
     if args.rules is None:
         args.rules = [parse_rule(rule) for rule in (NETWORK_RULES if args.network else RULES)]
     if args.network and any(rule not in NETWORK_RULES for rule, _ in args.rules):
         parser.error(f"--network runs the rules {', '.join(NETWORK_RULES)} only; got "
                      f"{', '.join(rule for rule, _ in args.rules)}")
-    sampling = Sampling(args.games, args.q_step, args.logit_bound, args.seed, args.average == "linear")
+    network_only = [flag for flag, given in (("--q-lr", args.q_lr is not None),
+                                             ("--q-updates", args.q_updates is not None),
+                                             ("--q-correction", args.q_correction)) if given]
+    if network_only and not (args.network and any(rule == "neurd-sampled" for rule, _ in args.rules)):
+        verb = "applies" if len(network_only) == 1 else "apply"
+        parser.error(f"{', '.join(network_only)} {verb} to --network --rules neurd-sampled only")
+    sampling = Sampling(args.games, args.q_step, args.logit_bound, args.seed, args.average == "linear",
+                        args.q_updates or Sampling.q_updates, args.q_lr or Sampling.q_lr, args.q_correction)
     try:
         import pyspiel
     except ImportError as e:

@@ -76,6 +76,33 @@ def test_sampled_games_follow_the_policy(dynamics):
     assert torch.allclose(weights, exact, atol=5 * (weights.max().item() / games) ** 0.5)
 
 
+def test_corrected_advantage_is_unbiased_whatever_the_q_network(dynamics):
+    """``corrected_advantage`` from sampled games estimates the exact counterfactual advantage even with q values
+    that are plain noise (within 5 standard errors per entry), while the same wrong q values used uncorrected
+    (what ``neurd-sampled --network`` does without ``--q-correction``) miss it."""
+    tree = dynamics.GameTree(pyspiel.load_game("kuhn_poker"))
+    probs = random_policy(tree, seed=7)
+    games = 200_000
+    info, action, reach, ret = tree.sample(probs, games, torch.Generator().manual_seed(1))
+    ev = tree.evaluate(probs)
+    exact = (ev.q - (probs * ev.q).sum(1, keepdim=True)) * tree.mask
+    wrong_q = torch.randn(tree.mask.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 2
+    wrong_q = wrong_q * tree.mask
+    estimate = dynamics.corrected_advantage(wrong_q, probs, tree.mask, info, action, reach, ret) / games
+    # Standard error per entry from the visits' own values (Kuhn visits an information state at most once a game).
+    rows = torch.arange(len(info))
+    visit_q = wrong_q[info].clone()
+    visit_q[rows, action] += (ret - visit_q[rows, action]) / probs[info, action]
+    visit = (visit_q - (probs[info] * visit_q).sum(1, keepdim=True)) * tree.mask[info] / reach[:, None]
+    second = torch.zeros_like(exact).index_add_(0, info, visit.square()) / games
+    error = ((second - estimate.square()).clamp(min=0) / games).sqrt()
+    assert bool(((estimate - exact).abs() <= 5 * error + 1e-12).all())
+    assert error.max() < 0.05 * exact.abs().max()  # the check above is a tight one
+    weights = torch.zeros(len(tree.mask), dtype=torch.float64).index_add_(0, info, 1.0 / reach) / games
+    uncorrected = weights[:, None] * (wrong_q - (probs * wrong_q).sum(1, keepdim=True)) * tree.mask
+    assert (uncorrected - exact).abs().max() > 10 * (estimate - exact).abs().max()
+
+
 def others_reach(tree, probs, node: int) -> float:
     """Probability that chance and the seat not acting at ``node`` play the moves leading to it, by walking
     up the tree one node at a time (independent of ``GameTree.evaluate``'s level-wise products)."""
@@ -109,15 +136,18 @@ def test_rules_report_and_cfr_plus_converges_on_kuhn(dynamics, capsys):
 def test_network_rules_learn_on_kuhn(dynamics, capsys):
     """With --network the table is an MLP trained by Adam: each rule's average policy ends well below uniform
     random's exploitability (0.4583) on Kuhn poker."""
-    assert dynamics.main(["--game", "kuhn_poker", "--network", "--iterations", "200", "--reports", "1"]) == 0
+    assert dynamics.main(["--game", "kuhn_poker", "--network", "--iterations", "200", "--reports", "1",
+                          "--games", "512"]) == 0
     rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     table = [[cell.strip() for cell in row] for row in rows[2:]]
     assert [row[0] for row in table] == list(dynamics.NETWORK_RULES)
     assert all(row[1] == "Adam 0.003" and float(row[5]) < 0.4 for row in table)
+    sampled = [row for row in table if row[0] == "neurd-sampled"]
+    assert int(sampled[0][3].replace(",", "")) > 200 * 512  # at least one decision per game
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--network", "--rules", "cfr+"], "--network runs the rules pg, neurd-onpolicy, neurd only"),
+    (["--network", "--rules", "cfr+"], "--network runs the rules pg, neurd-onpolicy, neurd, neurd-sampled only"),
     (["--lr", "0"], "must be in (0, 1]"),
     (["--rules", "ppo"], "unknown rule 'ppo'"),
     (["--rules", "pg:0"], "must be in (0, 1e6]"),
@@ -128,6 +158,10 @@ def test_network_rules_learn_on_kuhn(dynamics, capsys):
     (["--game", "no_such_game"], "OpenSpiel has no game 'no_such_game'"),
     (["--games", "0"], "must be from 1"),
     (["--q-step", "1.5"], "must be in (0, 1]"),
+    (["--q-lr", "-1"], "must be in (0, 1]"),
+    (["--q-updates", "0"], "must be from 1"),
+    (["--q-correction"], "--q-correction applies to --network --rules neurd-sampled only"),
+    (["--network", "--rules", "neurd", "--q-lr", "1e-3"], "--q-lr applies to --network --rules neurd-sampled only"),
     (["--logit-bound", "inf"], "must be in (0, 100]"),
     (["--game", "tic_tac_toe"], "not a two-player zero-sum imperfect-information game"),
     (["--game", "leduc_poker(players=3)"], "not a two-player zero-sum imperfect-information game"),
