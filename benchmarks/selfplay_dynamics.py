@@ -293,11 +293,13 @@ def corrected_advantage(q: Tensor, pi: Tensor, mask: Tensor, info: Tensor, actio
 
 
 def run_network_rule(tree: GameTree, rule: str, iterations: int, report_at: set[int], lr: float,
-                     sampling: Sampling = Sampling()):
+                     sampling: Sampling = Sampling(), optimizer_name: str = "adam"):
     """``run_rule`` with the table of logits replaced by a network (:func:`mlp`) read out at every information
     state's tensor, one Adam step (``lr``) per iteration on the loss
     ``-sum weight(I) x A(I, a) x (logit(I, a) - sum_b pi(b | I) logit(I, b))``, whose gradient moves each
-    logit as the rule moves the table (Adam sets the step's scale, so the rule's step size does not apply).
+    logit as the rule moves the table (Adam sets the step's scale, so the rule's step size does not apply);
+    ``optimizer_name="sgd"``: plain gradient steps of ``lr``, which keep the rule's step proportional to the
+    advantages, as the table's is.
     NeuRD's rules stop pushing a centred logit beyond ``sampling.logit_bound`` (NeuRD's threshold).
 
     ``neurd-sampled`` is what a trainer would run: ``sampling.games`` self-play games per iteration, q(I, a)
@@ -311,7 +313,7 @@ def run_network_rule(tree: GameTree, rule: str, iterations: int, report_at: set[
     obs = torch.tensor([state.information_state_tensor() for state in tree.table.states], dtype=torch.float32)
     torch.manual_seed(sampling.seed)
     net = mlp(obs.shape[1], mask.shape[1])
-    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    optimizer = (torch.optim.SGD if optimizer_name == "sgd" else torch.optim.Adam)(net.parameters(), lr=lr)
     if rule == "neurd-sampled":
         q_net = mlp(obs.shape[1], mask.shape[1])
         q_optimizer = torch.optim.Adam(q_net.parameters(), lr=sampling.q_lr)
@@ -439,7 +441,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--network", action="store_true",
                         help="the policy is a 64-64 tanh MLP over information state tensors, one Adam step per "
                              "iteration (rules " + ", ".join(NETWORK_RULES) + "; --logit-bound is NeuRD's threshold)")
-    parser.add_argument("--lr", type=bounded_float(0.0, 1.0), default=3e-3, help="--network: Adam's learning rate")
+    parser.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
+                        help="--network: the policy network's optimiser")
+    parser.add_argument("--lr", type=bounded_float(0.0, 1.0), default=3e-3,
+                        help="--network: the policy network's learning rate")
     parser.add_argument("--q-lr", type=bounded_float(0.0, 1.0), default=None,
                         help=f"--network neurd-sampled: the q network's Adam learning rate (default {Sampling.q_lr:g})")
     parser.add_argument("--q-updates", type=bounded_int(1, 1000), default=None,
@@ -454,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.network and any(rule not in NETWORK_RULES for rule, _ in args.rules):
         parser.error(f"--network runs the rules {', '.join(NETWORK_RULES)} only; got "
                      f"{', '.join(rule for rule, _ in args.rules)}")
+    if args.optimizer != "adam" and not args.network:
+        parser.error("--optimizer applies to --network only")
     network_only = [flag for flag, given in (("--q-lr", args.q_lr is not None),
                                              ("--q-updates", args.q_updates is not None),
                                              ("--q-correction", args.q_correction)) if given]
@@ -497,11 +504,12 @@ def main(argv: list[str] | None = None) -> int:
     for rule, eta in args.rules:
         start = time.perf_counter()
         if args.network:
-            runs = run_network_rule(tree, rule, args.iterations, report_at, args.lr, sampling)
+            runs = run_network_rule(tree, rule, args.iterations, report_at, args.lr, sampling, args.optimizer)
         else:
             runs = run_rule(tree, rule, eta, args.iterations, report_at, sampling)
         for t, decisions, last, average in runs:
-            eta_text = f"Adam {args.lr:g}" if args.network else "-" if rule == "cfr+" else f"{eta:g}"
+            optimizer_text = "SGD" if args.optimizer == "sgd" else "Adam"
+            eta_text = f"{optimizer_text} {args.lr:g}" if args.network else "-" if rule == "cfr+" else f"{eta:g}"
             sampled = f"{decisions:,}" if rule == "neurd-sampled" else "full width"
             print(f"| {rule} | {eta_text} | {t} | {sampled} | {last:.4f} | {average:.4f} | "
                   f"{time.perf_counter() - start:.1f} |", flush=True)

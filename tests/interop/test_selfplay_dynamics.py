@@ -146,6 +146,16 @@ def test_network_rules_learn_on_kuhn(dynamics, capsys):
     assert int(sampled[0][3].replace(",", "")) > 200 * 512  # at least one decision per game
 
 
+def test_network_neurd_with_plain_sgd_learns_on_kuhn(dynamics, capsys):
+    """``--optimizer sgd``: plain gradient steps of the policy network, reported as such, also end well below
+    uniform random's exploitability on Kuhn poker."""
+    assert dynamics.main(["--game", "kuhn_poker", "--network", "--optimizer", "sgd", "--lr", "0.1", "--rules",
+                          "neurd", "--iterations", "200", "--reports", "1"]) == 0
+    rows = [line.split("|")[1:-1] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    (row,) = [[cell.strip() for cell in r] for r in rows[2:]]
+    assert row[1] == "SGD 0.1" and float(row[5]) < 0.15  # uniform random: 0.4583
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--network", "--rules", "cfr+"], "--network runs the rules pg, neurd-onpolicy, neurd, neurd-sampled only"),
     (["--lr", "0"], "must be in (0, 1]"),
@@ -160,6 +170,8 @@ def test_network_rules_learn_on_kuhn(dynamics, capsys):
     (["--q-step", "1.5"], "must be in (0, 1]"),
     (["--q-lr", "-1"], "must be in (0, 1]"),
     (["--q-updates", "0"], "must be from 1"),
+    (["--optimizer", "sgd"], "--optimizer applies to --network only"),
+    (["--network", "--optimizer", "lbfgs"], "invalid choice: 'lbfgs'"),
     (["--q-correction"], "--q-correction applies to --network --rules neurd-sampled only"),
     (["--network", "--rules", "neurd", "--q-lr", "1e-3"], "--q-lr applies to --network --rules neurd-sampled only"),
     (["--logit-bound", "inf"], "must be in (0, 100]"),
