@@ -33,7 +33,7 @@ policy network and a q network fitted to sampled returns: what a trainer would r
     OMP_NUM_THREADS=1 python benchmarks/selfplay_dynamics.py [--game leduc_poker] [--iterations 1000]
         [--rules cfr+ pg:5 neurd-onpolicy:10 neurd:10 neurd-sampled:2] [--reports 10]
         [--games 4096] [--q-step 1] [--logit-bound 4] [--seed 0] [--average linear]
-    OMP_NUM_THREADS=1 python benchmarks/selfplay_dynamics.py --network [--lr 3e-3] [--logit-bound 2]
+    OMP_NUM_THREADS=1 python benchmarks/selfplay_dynamics.py --network [--optimizer adam] [--lr 3e-3] [--logit-bound 2]
         [--rules neurd-sampled --games 256 --q-lr 1e-3 --q-updates 2 --q-correction]
 
 Needs ``open_spiel`` (``pip install 'rl-gpu[games]'``). Results and the conclusion: benchmarks/learning.md.
