@@ -116,18 +116,19 @@ def compiled_steps(n: int):
     reset = env.draw_starts(n)
     leaves, spec = pytree.tree_flatten(env.step_state(env.state, action, reset))
     was_bool = [torch.is_tensor(x) and x.dtype == torch.bool for x in leaves]
+    def as_bools(out) -> list:
+        """``out``'s leaves with those that were boolean viewed as bool again."""
+        return [x.view(torch.bool) if b else x for x, b in zip(pytree.tree_leaves(out), was_bool)]
+
     for got in (compiled(env.state, action, reset), as_bytes(env.state, action, reset)):
-        got = [x.view(torch.bool) if b else x for x, b in zip(pytree.tree_leaves(got), was_bool)]
-        for want, have in zip(leaves, got):
+        for want, have in zip(leaves, as_bools(got)):
             torch.testing.assert_close(have, want, msg="compiled step differs from eager")
 
     def compiled_step(a):
         env.state, _ = compiled(env.state, a, env.draw_starts(n))
 
     def bytes_step(a):
-        out = pytree.tree_leaves(as_bytes(env.state, a, env.draw_starts(n)))
-        out = [x.view(torch.bool) if b else x for x, b in zip(out, was_bool)]
-        env.state, _ = pytree.tree_unflatten(out, spec)
+        env.state, _ = pytree.tree_unflatten(as_bools(as_bytes(env.state, a, env.draw_starts(n))), spec)
 
     return env.step, compiled_step, bytes_step
 

@@ -201,6 +201,11 @@ def normalized(weights: Tensor, mask: Tensor) -> Tensor:
     return torch.where(total > 0, weights / total.clamp(min=1e-300), uniform)
 
 
+def advantages(q: Tensor, probs: Tensor, mask: Tensor) -> Tensor:
+    """``A(I, a) = q(I, a) - sum_b pi(b | I) q(I, b)``, 0 off the legal actions; every argument ``[rows, A]``."""
+    return (q - (probs * q).sum(1, keepdim=True)) * mask
+
+
 @dataclass(frozen=True)
 class Sampling:
     """Settings of ``neurd-sampled``, and the averaging of every rule."""
@@ -247,10 +252,10 @@ def run_rule(tree: GameTree, rule: str, eta: float, iterations: int, report_at: 
                                   q_table)
             # E[sum over visits of I of 1 / own(I)] / games = the reach of I by chance and opponent.
             weight = torch.zeros(mask.shape[0], dtype=torch.float64).index_add_(0, info, 1.0 / reach)
-            advantage = (q_table - (probs * q_table).sum(1, keepdim=True)) * mask
+            advantage = advantages(q_table, probs, mask)
             logits = logits + eta * (weight / sampling.games)[:, None] * advantage
         else:
-            advantage = (ev.q - (probs * ev.q).sum(1, keepdim=True)) * mask
+            advantage = advantages(ev.q, probs, mask)
             if rule == "cfr+":
                 regrets = (regrets + advantage).clamp(min=0.0)
             else:
@@ -287,8 +292,7 @@ def corrected_advantage(q: Tensor, pi: Tensor, mask: Tensor, info: Tensor, actio
     rows = torch.arange(len(info))
     visit_q = q[info].clone()
     visit_q[rows, action] += (ret - visit_q[rows, action]) / pi[info, action]
-    visit_pi = pi[info]
-    visit_advantage = (visit_q - (visit_pi * visit_q).sum(1, keepdim=True)) * mask[info]
+    visit_advantage = advantages(visit_q, pi[info], mask[info])
     return torch.zeros_like(q).index_add_(0, info, visit_advantage / reach[:, None])
 
 
@@ -344,10 +348,10 @@ def run_network_rule(tree: GameTree, rule: str, iterations: int, report_at: set[
             else:
                 weight = torch.zeros(mask.shape[0], dtype=torch.float64).index_add_(0, info, 1.0 / reach)
                 weight = (weight / sampling.games)[:, None]
-                advantage = (q - (pi * q).sum(1, keepdim=True)) * mask
+                advantage = advantages(q, pi, mask)
         else:
             weight = torch.ones_like(own) if rule == "neurd" else own
-            advantage = (ev.q - (pi * ev.q).sum(1, keepdim=True)) * mask
+            advantage = advantages(ev.q, pi, mask)
         centred = (logits - (pi * logits.masked_fill(~mask, 0.0)).sum(1, keepdim=True))
         centred = centred.masked_fill(~mask, 0.0)
         if rule == "pg":
