@@ -79,6 +79,12 @@ class _TanhRational(_TanhBySigmoid):
         return _tanh_rational(x)
 
 
+def _trained(weight: Tensor) -> bool:
+    """``weight`` is on the autograd tape. Under ``vmap`` (a population's update) a stacked weight that is on the
+    tape reports ``requires_grad`` False inside the vmapped function, so a batched weight counts as trained."""
+    return weight.requires_grad or torch._C._functorch.is_batchedtensor(weight)
+
+
 def _compiling_for_cpu(x: Tensor) -> bool:
     return x.device.type == "cpu" and torch.compiler.is_compiling() and not torch.compiler.is_exporting()
 
@@ -184,7 +190,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     :class:`_Linear` (the other layers' weight gradient already has autograd's fast orientation, and the
     Python autograd function costs tens of microseconds a call)."""
     if (bias is not None and x.device.type == "cpu" and weight.shape[1] < weight.shape[0]
-            and torch.is_grad_enabled() and weight.requires_grad):
+            and torch.is_grad_enabled() and _trained(weight)):
         return _Linear.apply(x, weight, bias)
     return F.linear(x, weight, bias)
 
@@ -234,7 +240,7 @@ class MLP(nn.Sequential):
         """``layer`` and the :class:`Tanh` after it run as one :class:`_LinearTanh` node: with gradients, on the
         CPU, outside a compiled region, at sizes where :class:`Tanh` takes its sigmoid form."""
         return (type(next_layer) is Tanh and layer.bias is not None and x.device.type == "cpu"
-                and torch.is_grad_enabled() and layer.weight.requires_grad and not torch.compiler.is_compiling()
+                and torch.is_grad_enabled() and _trained(layer.weight) and not torch.compiler.is_compiling()
                 and x.numel() // x.shape[-1] * layer.out_features >= Tanh.SIGMOID_FROM)
 
     def _sigmoid_form(self, x: Tensor) -> bool:

@@ -269,3 +269,30 @@ def test_cpu_tanh_form_runs_under_vmap_and_grad_over_a_population() -> None:
         member(x).square().mean().backward()
         for name, p in member.named_parameters():
             torch.testing.assert_close(grads[name][k], p.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_population_update_takes_the_fused_nodes_under_vmap() -> None:
+    """A population's update (``vmap`` over ``functional_call`` with stacked parameters on the tape, then one
+    ``backward``, as ``PopulationPPO`` runs it) goes through the fused Linear + tanh node, although under vmap a
+    weight on the tape reports ``requires_grad`` False; the gradients equal each member's own."""
+    from torch.func import functional_call, vmap
+
+    torch.manual_seed(0)
+    members = [mlp(4, (64, 64), 2, out_gain=1.0) for _ in range(3)]
+    x = torch.randn(3, 512, 4)
+    template = copy.deepcopy(members[0]).to("meta")
+    params = {name: torch.stack([dict(m.named_parameters())[name] for m in members]).detach().requires_grad_()
+              for name, _ in members[0].named_parameters()}
+    y = vmap(lambda p, obs: functional_call(template, p, (obs,)))(params, x)
+    seen, todo = set(), [y.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo += [f for f, _ in node.next_functions]
+    assert sum("_LinearTanhBackward" in node.name() for node in seen) == 2, {node.name() for node in seen}
+    y.square().mean(dim=(1, 2)).sum().backward()
+    for k, member in enumerate(members):
+        member(x[k]).square().mean().backward()
+        for name, p in member.named_parameters():
+            torch.testing.assert_close(params[name].grad[k], p.grad, rtol=1e-5, atol=1e-6)

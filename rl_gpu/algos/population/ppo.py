@@ -85,6 +85,12 @@ def _per_member(x: Tensor, k: int) -> Tensor:
     return x.view(t, k, rows // k, *x.shape[2:]).movedim(1, 0).reshape(k, t * (rows // k), *x.shape[2:])
 
 
+def _gather(v: Tensor, flat_idx: Tensor, shape: torch.Size) -> Tensor:
+    """``v[k, idx[k]]`` for every member k (``v``: ``[K, S, ...]``; ``flat_idx``: ``idx + k S`` flattened), by
+    ``index_select`` on the ``[K S, ...]`` view: on the CPU several times faster than the two-index gather."""
+    return v.reshape(-1, *v.shape[2:]).index_select(0, flat_idx).view(*shape, *v.shape[2:])
+
+
 class PopulationPPO:
     """K :class:`~rl_gpu.algos.ppo.PPO` members (each bound to its own N-row environment) trained together on
     ``stepper``, an environment of the same kind with ``K * N`` rows that only steps (its own random stream and
@@ -279,7 +285,7 @@ class PopulationPPO:
             draw_permutations(size, config.update_epochs, m.shuffle_rng, device) if on
             else torch.arange(size, device=device).expand(config.update_epochs, size)
             for m, on in zip(self.members, active)])
-        rows = torch.arange(k, device=device)[:, None]
+        offsets = torch.arange(k, device=device)[:, None] * size
         on = torch.tensor(list(active), device=device)
         keep = on.clone() if config.target_kl is not None else None
         totals = torch.zeros(k, len(MINIBATCH_ROW), device=device)
@@ -291,7 +297,8 @@ class PopulationPPO:
             for start in range(0, size, mb_size):
                 idx = permutations[:, epoch, start:start + mb_size]
                 # None entries (no mask, no weights) cannot cross vmap: _loss puts them back.
-                mb = {name: v[rows, idx] for name, v in flat.items() if v is not None}
+                flat_idx = (idx + offsets).reshape(-1)
+                mb = {name: _gather(v, flat_idx, idx.shape) for name, v in flat.items() if v is not None}
                 loss, stats = loss_fn(self.stacked.stack(), mb, self.ent_coef, self.clip_coef)
                 for p in params:
                     p.grad = None
