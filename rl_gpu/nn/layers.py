@@ -128,8 +128,6 @@ class _Linear(torch.autograd.Function):
     product is taken with the smaller of ``in`` and ``out`` as its rows. The sums come out in another order, so
     the gradient can differ from autograd's by float32 rounding."""
 
-    generate_vmap_rule = True
-
     @staticmethod
     def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         return F.linear(x, weight, bias)
@@ -143,6 +141,10 @@ class _Linear(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         x, weight = ctx.saved_tensors
         return _linear_backward(ctx.needs_input_grad, grad, x, weight)
+
+    @staticmethod
+    def vmap(info, in_dims, x: Tensor, weight: Tensor, bias: Tensor) -> tuple[Tensor, int]:
+        return _stacked_call(_StackedLinear, info.batch_size, in_dims, x, weight, bias)
 
 
 def _linear_backward(needs: tuple[bool, ...], grad: Tensor, x: Tensor, weight: Tensor
@@ -168,8 +170,6 @@ class _LinearTanh(torch.autograd.Function):
     the result is bit for bit :class:`Tanh`'s form after ``F.linear``); backward tanh's fused kernel, then
     :class:`_Linear`'s products."""
 
-    generate_vmap_rule = True
-
     @staticmethod
     def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         return torch.sigmoid(F.linear(x, 2.0 * weight, 2.0 * bias)).mul_(2.0).sub_(1.0)
@@ -183,6 +183,80 @@ class _LinearTanh(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         x, weight, y = ctx.saved_tensors
         return _linear_backward(ctx.needs_input_grad, torch.ops.aten.tanh_backward(grad, y), x, weight)
+
+    @staticmethod
+    def vmap(info, in_dims, x: Tensor, weight: Tensor, bias: Tensor) -> tuple[Tensor, int]:
+        return _stacked_call(_StackedLinearTanh, info.batch_size, in_dims, x, weight, bias)
+
+
+def _stacked_call(function: type[torch.autograd.Function], size: int, in_dims: tuple[int | None, ...],
+                  x: Tensor, weight: Tensor, bias: Tensor) -> tuple[Tensor, int]:
+    """The vmap rule of :class:`_Linear` and :class:`_LinearTanh`: every operand with the vmapped dimension first
+    (expanded where it has none), ``x`` as ``[K, R, I]``, then ``function``'s stacked form, one node on the tape.
+    (A generated rule would run the backward operation by operation under vmap, and ``F.linear``'s batching rule
+    adds the bias in a pass of its own.)"""
+    x, weight, bias = (t.movedim(d, 0) if d is not None else t.expand(size, *t.shape)
+                       for t, d in zip((x, weight, bias), in_dims))
+    y = function.apply(x.reshape(size, math.prod(x.shape[1:-1]), x.shape[-1]), weight, bias)
+    return y.view(*x.shape[:-1], y.shape[-1]), 0
+
+
+class _StackedLinear(torch.autograd.Function):
+    """K layers' :class:`_Linear` at once: ``x`` ``[K, R, I]``, ``weight`` ``[K, O, I]``, ``bias`` ``[K, O]``."""
+
+    generate_vmap_rule = True  # for a vmap around the one that produced this call
+
+    @staticmethod
+    def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, weight, _ = inputs
+        ctx.save_for_backward(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        x, weight = ctx.saved_tensors
+        return _stacked_linear_backward(ctx.needs_input_grad, grad, x, weight)
+
+
+class _StackedLinearTanh(torch.autograd.Function):
+    """K layers' :class:`_LinearTanh` at once (shapes as :class:`_StackedLinear`)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        z = torch.baddbmm((2.0 * bias).unsqueeze(1), x, (2.0 * weight).transpose(1, 2))
+        return torch.sigmoid(z).mul_(2.0).sub_(1.0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, weight, _ = inputs
+        ctx.save_for_backward(x, weight, output)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        x, weight, y = ctx.saved_tensors
+        return _stacked_linear_backward(ctx.needs_input_grad, torch.ops.aten.tanh_backward(grad, y), x, weight)
+
+
+def _stacked_linear_backward(needs: tuple[bool, ...], grad: Tensor, x: Tensor, weight: Tensor
+                             ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+    """:func:`_linear_backward` for K stacked layers (``grad`` ``[K, R, O]``), one batched product each."""
+    grad_x = grad_w = grad_b = None
+    if needs[0]:
+        grad_x = grad.bmm(weight)
+    if needs[1]:
+        out_features, in_features = weight.shape[1:]
+        if in_features < out_features:
+            grad_w = x.transpose(1, 2).bmm(grad).transpose(1, 2).contiguous()
+        else:
+            grad_w = grad.transpose(1, 2).bmm(x)
+    if needs[2]:
+        grad_b = grad.sum(1)
+    return grad_x, grad_w, grad_b
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -98,7 +98,7 @@ def test_linear_gradients_match_autograd_of_f_linear(shape, lead):
     for a, b in zip(ours[1:], ref[1:]):
         assert a.is_contiguous() and a.shape == b.shape
         torch.testing.assert_close(a, b, atol=1e-5 * b.abs().max().item(), rtol=0)
-    # Under vmap (a population's forward and backward) it runs through the generated vmap rule.
+    # Under vmap (a population's forward and backward) it runs through its vmap rule (the stacked node).
     xs, grads = x.detach().expand(3, *x.shape).clone().requires_grad_(), grad.expand(3, *grad.shape)
     ys = torch.func.vmap(lambda t: _Linear.apply(t, weight, bias))(xs)
     (gx,) = torch.autograd.grad(ys, (xs,), grads)
@@ -274,7 +274,8 @@ def test_cpu_tanh_form_runs_under_vmap_and_grad_over_a_population() -> None:
 def test_population_update_takes_the_fused_nodes_under_vmap() -> None:
     """A population's update (``vmap`` over ``functional_call`` with stacked parameters on the tape, then one
     ``backward``, as ``PopulationPPO`` runs it) goes through the fused Linear + tanh node, although under vmap a
-    weight on the tape reports ``requires_grad`` False; the gradients equal each member's own."""
+    weight on the tape reports ``requires_grad`` False, in its stacked form (one node and one batched product per
+    layer for all members); the gradients equal each member's own."""
     from torch.func import functional_call, vmap
 
     torch.manual_seed(0)
@@ -290,9 +291,47 @@ def test_population_update_takes_the_fused_nodes_under_vmap() -> None:
         if node is not None and node not in seen:
             seen.add(node)
             todo += [f for f, _ in node.next_functions]
-    assert sum("_LinearTanhBackward" in node.name() for node in seen) == 2, {node.name() for node in seen}
+    names = [node.name() for node in seen]
+    assert names.count("_StackedLinearTanhBackward") == 2, names  # one node per layer for all members
     y.square().mean(dim=(1, 2)).sum().backward()
     for k, member in enumerate(members):
         member(x[k]).square().mean().backward()
         for name, p in member.named_parameters():
             torch.testing.assert_close(params[name].grad[k], p.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("fused", ["_Linear", "_LinearTanh"])
+@pytest.mark.parametrize("dims", [(0, 0, 0), (1, None, None), (None, 0, 0), (2, 0, None)])
+def test_stacked_vmap_rule_matches_each_member_alone(fused, dims):
+    """The vmap rule of the fused linear nodes (every operand moved or expanded to a leading member dimension,
+    then one batched node): outputs and gradients equal a loop over members of the plain form, whatever the
+    vmapped dimensions, for a [T, N, I] input, and under a vmap nested in another."""
+    import rl_gpu.nn.layers as layers
+
+    node = getattr(layers, fused)
+    plain = ((lambda x, w, b: torch.nn.functional.linear(x, w, b)) if fused == "_Linear"
+             else (lambda x, w, b: torch.tanh(torch.nn.functional.linear(x, w, b))))
+    k, g = 3, torch.Generator().manual_seed(7)
+    x_dim, w_dim, b_dim = dims
+    x = torch.randn(5, 6, 4, generator=g)
+    x = x.unsqueeze(x_dim).expand(*x.shape[:x_dim], k, *x.shape[x_dim:]).clone() if x_dim is not None else x
+    w = torch.randn(k, 64, 4, generator=g) if w_dim is not None else torch.randn(64, 4, generator=g)
+    b = torch.randn(k, 64, generator=g) if b_dim is not None else torch.randn(64, generator=g)
+    x = (x + 0.1 * torch.randn(x.shape, generator=g)).requires_grad_()
+    w, b = w.requires_grad_(), b.requires_grad_()
+    y = torch.func.vmap(node.apply, in_dims=dims)(x, w, b)
+    grad = torch.randn(y.shape, generator=g)
+    ours = torch.autograd.grad(y, (x, w, b), grad)
+
+    def member(i):
+        return [t.select(d, i) if d is not None else t for t, d in zip((x, w, b), dims)]
+
+    ref_y = torch.stack([plain(*member(i)) for i in range(k)])
+    ref = torch.autograd.grad(ref_y, (x, w, b), grad)
+    torch.testing.assert_close(y, ref_y, atol=1e-6, rtol=0)
+    for a, r in zip(ours, ref):
+        torch.testing.assert_close(a, r, atol=1e-5 * max(1.0, r.abs().max().item()), rtol=0)
+    # Nested: members of members, the inner vmap over the second dimension of everything.
+    xs, ws, bs = (t.detach().expand(2, *t.shape).clone() for t in (x, w, b))
+    nested = torch.func.vmap(torch.func.vmap(node.apply, in_dims=dims))(xs, ws, bs)
+    torch.testing.assert_close(nested[1], y.detach(), atol=1e-6, rtol=0)
