@@ -293,6 +293,9 @@ def test_population_update_takes_the_fused_nodes_under_vmap() -> None:
             todo += [f for f, _ in node.next_functions]
     names = [node.name() for node in seen]
     assert names.count("_StackedLinearTanhBackward") == 2, names  # one node per layer for all members
+    with torch.no_grad():  # collection: the folded sigmoid form under vmap
+        folded = vmap(lambda p, obs: functional_call(template, p, (obs,)))(params, x)
+    torch.testing.assert_close(folded, y.detach(), atol=1e-5, rtol=0)
     y.square().mean(dim=(1, 2)).sum().backward()
     for k, member in enumerate(members):
         member(x[k]).square().mean().backward()
