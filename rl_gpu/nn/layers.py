@@ -119,7 +119,36 @@ class Tanh(nn.Tanh):
         return _tanh_by_sigmoid(x)
 
 
-class _Linear(torch.autograd.Function):
+class _LinearNode(torch.autograd.Function):
+    """Context and backward of ``x W^T + b`` shared by :class:`_Linear` and :class:`_StackedLinear`."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, weight, _ = inputs
+        ctx.save_for_backward(x, weight)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        x, weight = ctx.saved_tensors
+        return _linear_backward(ctx.needs_input_grad, grad, x, weight)
+
+
+class _LinearTanhNode(torch.autograd.Function):
+    """Context and backward of ``tanh(x W^T + b)`` shared by :class:`_LinearTanh` and
+    :class:`_StackedLinearTanh`: tanh's fused backward kernel on the saved output, then the linear products."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        x, weight, _ = inputs
+        ctx.save_for_backward(x, weight, output)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        x, weight, y = ctx.saved_tensors
+        return _linear_backward(ctx.needs_input_grad, torch.ops.aten.tanh_backward(grad, y), x, weight)
+
+
+class _Linear(_LinearNode):
     """``F.linear`` whose weight gradient is computed in the orientation this CPU's BLAS does fast.
 
     ``grad_W = g^T x`` (``[out, in]``, a sum over the rows) is the same sum as ``(x^T g)^T``, but MKL runs a
@@ -133,38 +162,31 @@ class _Linear(torch.autograd.Function):
         return F.linear(x, weight, bias)
 
     @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        x, weight, _ = inputs
-        ctx.save_for_backward(x, weight)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        x, weight = ctx.saved_tensors
-        return _linear_backward(ctx.needs_input_grad, grad, x, weight)
-
-    @staticmethod
     def vmap(info, in_dims, x: Tensor, weight: Tensor, bias: Tensor) -> tuple[Tensor, int]:
         return _stacked_call(_StackedLinear, info.batch_size, in_dims, x, weight, bias)
 
 
 def _linear_backward(needs: tuple[bool, ...], grad: Tensor, x: Tensor, weight: Tensor
                      ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """Gradients of ``x W^T + b`` (``grad``: ``[..., out]``) for the inputs ``needs`` marks, the weight's product
-    in the fast orientation (:class:`_Linear`)."""
+    """Gradients of ``x W^T + b`` for the inputs ``needs`` marks, the weight's product in the fast orientation
+    (:class:`_Linear`): one layer (``weight`` ``[out, in]``, ``grad`` ``[..., out]``) or K stacked layers
+    (``weight`` ``[K, out, in]``, ``x`` ``[K, R, in]``, ``grad`` ``[K, R, out]``: one batched product each)."""
     grad_x = grad_w = grad_b = None
+    stacked = weight.dim() == 3
     if needs[0]:
-        grad_x = grad @ weight
-    g = grad.reshape(-1, grad.shape[-1])
+        grad_x = grad.bmm(weight) if stacked else grad @ weight
+    g = grad if stacked else grad.reshape(-1, grad.shape[-1])
     if needs[1]:
-        rows = x.reshape(-1, x.shape[-1])
-        out_features, in_features = weight.shape
-        grad_w = rows.t().mm(g).t().contiguous() if in_features < out_features else g.t().mm(rows)
+        rows = x if stacked else x.reshape(-1, x.shape[-1])
+        mm = torch.bmm if stacked else torch.mm
+        out_features, in_features = weight.shape[-2:]
+        grad_w = mm(rows.mT, g).mT.contiguous() if in_features < out_features else mm(g.mT, rows)
     if needs[2]:
-        grad_b = g.sum(0)
+        grad_b = g.sum(-2)
     return grad_x, grad_w, grad_b
 
 
-class _LinearTanh(torch.autograd.Function):
+class _LinearTanh(_LinearTanhNode):
     """``tanh(x W^T + b)`` as one node, for the CPU's sigmoid form: forward ``2 sigmoid(x (2W)^T + 2b) - 1``,
     the factor 2 applied to the small weights rather than in a pass over the activations (doubling is exact, so
     the result is bit for bit :class:`Tanh`'s form after ``F.linear``); backward tanh's fused kernel, then
@@ -173,16 +195,6 @@ class _LinearTanh(torch.autograd.Function):
     @staticmethod
     def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         return torch.sigmoid(F.linear(x, 2.0 * weight, 2.0 * bias)).mul_(2.0).sub_(1.0)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        x, weight, _ = inputs
-        ctx.save_for_backward(x, weight, output)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        x, weight, y = ctx.saved_tensors
-        return _linear_backward(ctx.needs_input_grad, torch.ops.aten.tanh_backward(grad, y), x, weight)
 
     @staticmethod
     def vmap(info, in_dims, x: Tensor, weight: Tensor, bias: Tensor) -> tuple[Tensor, int]:
@@ -201,7 +213,7 @@ def _stacked_call(function: type[torch.autograd.Function], size: int, in_dims: t
     return y.view(*x.shape[:-1], y.shape[-1]), 0
 
 
-class _StackedLinear(torch.autograd.Function):
+class _StackedLinear(_LinearNode):
     """K layers' :class:`_Linear` at once: ``x`` ``[K, R, I]``, ``weight`` ``[K, O, I]``, ``bias`` ``[K, O]``."""
 
     generate_vmap_rule = True  # for a vmap around the one that produced this call
@@ -210,18 +222,8 @@ class _StackedLinear(torch.autograd.Function):
     def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        x, weight, _ = inputs
-        ctx.save_for_backward(x, weight)
 
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        x, weight = ctx.saved_tensors
-        return _stacked_linear_backward(ctx.needs_input_grad, grad, x, weight)
-
-
-class _StackedLinearTanh(torch.autograd.Function):
+class _StackedLinearTanh(_LinearTanhNode):
     """K layers' :class:`_LinearTanh` at once (shapes as :class:`_StackedLinear`)."""
 
     generate_vmap_rule = True
@@ -230,33 +232,6 @@ class _StackedLinearTanh(torch.autograd.Function):
     def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         z = torch.baddbmm((2.0 * bias).unsqueeze(1), x, (2.0 * weight).transpose(1, 2))
         return torch.sigmoid(z).mul_(2.0).sub_(1.0)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        x, weight, _ = inputs
-        ctx.save_for_backward(x, weight, output)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-        x, weight, y = ctx.saved_tensors
-        return _stacked_linear_backward(ctx.needs_input_grad, torch.ops.aten.tanh_backward(grad, y), x, weight)
-
-
-def _stacked_linear_backward(needs: tuple[bool, ...], grad: Tensor, x: Tensor, weight: Tensor
-                             ) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """:func:`_linear_backward` for K stacked layers (``grad`` ``[K, R, O]``), one batched product each."""
-    grad_x = grad_w = grad_b = None
-    if needs[0]:
-        grad_x = grad.bmm(weight)
-    if needs[1]:
-        out_features, in_features = weight.shape[1:]
-        if in_features < out_features:
-            grad_w = x.transpose(1, 2).bmm(grad).transpose(1, 2).contiguous()
-        else:
-            grad_w = grad.transpose(1, 2).bmm(x)
-    if needs[2]:
-        grad_b = grad.sum(1)
-    return grad_x, grad_w, grad_b
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
