@@ -62,7 +62,9 @@ def compile_unit(fn: F, mode: str) -> F:
         return fn
     if mode not in ("inductor", "cudagraphs"):
         raise ValueError(f"unresolved compile mode {mode!r}; call resolve_compile first")
-    return torch.compile(_own_code(fn), dynamic=False, fullgraph=True)
+    from rl_gpu.runtime.inductor_passes import INDUCTOR_OPTIONS  # torch._inductor takes seconds to import
+
+    return torch.compile(_own_code(fn), dynamic=False, fullgraph=True, options=dict(INDUCTOR_OPTIONS))
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:
