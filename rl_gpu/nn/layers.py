@@ -234,13 +234,45 @@ class _StackedLinearTanh(_LinearTanhNode):
         return torch.sigmoid(z).mul_(2.0).sub_(1.0)
 
 
+class _NarrowLinear(_LinearNode):
+    """``F.linear`` for a layer with at most ``NARROW_OUT`` outputs (a policy or value head), compiled for the
+    CPU: its input gradient ``g W`` (``[R, O] @ [O, I]``, O <= 4) is the sum of O broadcast products
+    ``g[:, k] W[k]``, which Inductor fuses into the loop that reads the gradient next (the activation's
+    derivative), where BLAS would write ``[R, I]`` out with a product of depth O, far from its speed."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        x, weight = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        _, grad_w, grad_b = _linear_backward((False, needs[1], needs[2]), grad, x, weight)
+        grad_x = None
+        if needs[0]:
+            grad_x = grad[..., :1] * weight[0]
+            for k in range(1, weight.shape[0]):
+                grad_x = grad_x + grad[..., k:k + 1] * weight[k]
+        return grad_x, grad_w, grad_b
+
+
+NARROW_OUT = 4
+"""Compiled for the CPU, layers with at most this many outputs take :class:`_NarrowLinear` (0: none)."""
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear``; on the CPU with gradients, for a layer with fewer inputs than outputs, through
     :class:`_Linear` (the other layers' weight gradient already has autograd's fast orientation, and the
-    Python autograd function costs tens of microseconds a call)."""
-    if (bias is not None and x.device.type == "cpu" and weight.shape[1] < weight.shape[0]
-            and torch.is_grad_enabled() and _trained(weight)):
-        return _Linear.apply(x, weight, bias)
+    Python autograd function costs tens of microseconds a call); compiled for the CPU, a layer with at most
+    ``NARROW_OUT`` outputs through :class:`_NarrowLinear`."""
+    if bias is not None and x.device.type == "cpu" and torch.is_grad_enabled() and _trained(weight):
+        if weight.shape[0] <= NARROW_OUT and _compiling_for_cpu(x):
+            return _NarrowLinear.apply(x, weight, bias)
+        if weight.shape[1] < weight.shape[0]:
+            return _Linear.apply(x, weight, bias)
     return F.linear(x, weight, bias)
 
 

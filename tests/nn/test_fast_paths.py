@@ -107,6 +107,27 @@ def test_linear_gradients_match_autograd_of_f_linear(shape, lead):
         assert linear(x, weight, bias).grad_fn is None
 
 
+@pytest.mark.parametrize("shape", [(64, 1), (64, 2), (3, 4)])
+@pytest.mark.parametrize("lead", [(300,), (5, 7)])
+def test_narrow_layer_input_gradient_as_multiply_adds_matches_autograd(shape, lead):
+    """A head's input gradient ``g W`` as O broadcast multiply-adds (compiled CPU form): the same sums."""
+    from rl_gpu.nn.layers import _NarrowLinear
+
+    in_features, out_features = shape
+    g = torch.Generator().manual_seed(in_features + out_features)
+    x = torch.randn(*lead, in_features, generator=g).requires_grad_()
+    weight = torch.randn(out_features, in_features, generator=g).requires_grad_()
+    bias = torch.randn(out_features, generator=g).requires_grad_()
+    grad = torch.randn(*lead, out_features, generator=g)
+    y = _NarrowLinear.apply(x, weight, bias)
+    ours = torch.autograd.grad(y, (x, weight, bias), grad)
+    ref = torch.autograd.grad(torch.nn.functional.linear(x, weight, bias), (x, weight, bias), grad)
+    assert torch.equal(y, torch.nn.functional.linear(x, weight, bias))
+    for a, b in zip(ours, ref):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=1e-5 * b.abs().max().item(), rtol=0)
+
+
 @pytest.mark.parametrize("lead", [(300,), (5, 70)])
 def test_fused_linear_tanh_is_the_sigmoid_form_bit_for_bit_with_tanh_gradients(lead):
     from rl_gpu.nn.layers import _LinearTanh
