@@ -10,13 +10,19 @@ variants alternating within each round:
 - the CPU sigmoid form of tanh (:class:`rl_gpu.nn.layers.Tanh`) against ``torch.tanh`` (``--tanh``: the form's
   threshold raised above every batch).
 
+``--compiled`` instead times whole compiled iterations (``--compile inductor``, ``PPO.iterate``) of three
+algorithms in one process, alternating: every hidden layer as ``addmm`` (ATen copies the broadcast bias into
+the output first) and the heads' input gradients by BLAS; the bias added in the activation's loop
+(:mod:`rl_gpu.runtime.inductor_passes`); and that plus the heads' input gradients as multiply-adds
+(:class:`rl_gpu.nn.layers._NarrowLinear`, the default).
+
 Then torch.profiler's self time of one default update, grouped by what the operators do, with the GEMMs' share
 of the update's floating-point work and the rate they ran at, against a 1024 x 1024 x 1024 matmul on the same
 core (this CPU's practical GEMM peak). The update's GEMM work is counted from the network sizes: per row and
 minibatch pass, forward 2 * sum(in * out) flops per network, backward twice that (less the first layer's input
 gradient, which nothing needs).
 
-    OMP_NUM_THREADS=1 python benchmarks/ppo_update_profile.py [--rounds 7] [--tanh]
+    OMP_NUM_THREADS=1 python benchmarks/ppo_update_profile.py [--rounds 7] [--tanh | --compiled]
 """
 
 from __future__ import annotations
@@ -73,15 +79,63 @@ def update_gemm_flops(algo, slots: int) -> float:
     return per_row * slots * algo.config.update_epochs
 
 
+def compiled_forms(rounds: int) -> None:
+    """Whole compiled iterations with and without the compiled CPU forms, alternating in one process."""
+    from rl_gpu.nn import layers
+    from rl_gpu.runtime import inductor_passes
+
+    options, narrow = dict(inductor_passes.INDUCTOR_OPTIONS), layers.NARROW_OUT
+    forms = {"hidden layers as addmm, heads' input gradient by BLAS": ({}, 0),
+             "bias in the activation's loop": (options, 0),
+             "and heads' input gradient as multiply-adds (default)": (options, narrow)}
+    algos, slots = {}, 0
+    try:
+        for name, (form_options, form_narrow) in forms.items():
+            # Options are read when a unit is built, NARROW_OUT when it is traced (and guarded on).
+            inductor_passes.INDUCTOR_OPTIONS.clear()
+            inductor_passes.INDUCTOR_OPTIONS.update(form_options)
+            layers.NARROW_OUT = form_narrow
+            env, algo, steps = _algo(BenchConfig(env="CartPole-v1"), torch.device("cpu"), 4096, "inductor")
+            start = time.perf_counter()
+            algo.iterate()
+            print(f"compiled ({name}): first call {time.perf_counter() - start:.1f} s", flush=True)
+            algos[name], slots = algo, steps * env.num_envs
+        times: dict[str, list[float]] = defaultdict(list)
+        for r in range(rounds + 1):  # the first round warms up and is not counted
+            for name in (list(forms) if r % 2 == 0 else list(forms)[::-1]):
+                layers.NARROW_OUT = forms[name][1]
+                start = time.perf_counter()
+                algos[name].iterate()
+                times[name].append(time.perf_counter() - start)
+    finally:
+        inductor_passes.INDUCTOR_OPTIONS.clear()
+        inductor_passes.INDUCTOR_OPTIONS.update(options)
+        layers.NARROW_OUT = narrow
+    base = list(forms)[0]
+    print(f"\nPPO.iterate compiled (N=4096, T=16, {slots} transitions), median of {rounds} alternating rounds:")
+    for name, t in times.items():
+        ms = median_ms(t[1:])
+        faster = sum(a < b for a, b in zip(t[1:], times[base][1:]))
+        print(f"  {name:<55} {ms:7.1f} ms  {slots / ms * 1e3:>9,.0f}/s  {median_ms(times[base][1:]) / ms:5.2f}x"
+              + ("" if name == base else f"  (faster in {faster} of {rounds} rounds)"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
     parser.add_argument("--tanh", action="store_true", help="also time the MLP with torch.tanh layer by layer")
+    parser.add_argument("--compiled", action="store_true",
+                        help="time compiled iterations with and without the compiled CPU forms instead")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.tanh and args.compiled:
+        parser.error("--tanh times the eager update; it cannot be combined with --compiled")
     torch.set_num_threads(1)
     keep_freed_host_memory()  # as rl-gpu train and bench do
+    if args.compiled:
+        compiled_forms(args.rounds)
+        return
     env, algo, steps = _algo(BenchConfig(env="CartPole-v1"), torch.device("cpu"), 4096, "off")
     slots = steps * env.num_envs
     minibatch = slots // algo.config.num_minibatches
