@@ -62,8 +62,10 @@ def compile_unit(fn: F, mode: str) -> F:
         return fn
     if mode not in ("inductor", "cudagraphs"):
         raise ValueError(f"unresolved compile mode {mode!r}; call resolve_compile first")
-    from rl_gpu.runtime.inductor_passes import INDUCTOR_OPTIONS  # torch._inductor takes seconds to import
-
+    try:  # here, not at the top: torch._inductor takes seconds to import
+        from rl_gpu.runtime.inductor_passes import INDUCTOR_OPTIONS
+    except ImportError:  # torch < 2.6 has no cacheable custom passes; the units compile without the pass
+        INDUCTOR_OPTIONS = {}
     return torch.compile(_own_code(fn), dynamic=False, fullgraph=True, options=dict(INDUCTOR_OPTIONS))
 
 
