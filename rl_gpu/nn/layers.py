@@ -85,6 +85,34 @@ def _trained(weight: Tensor) -> bool:
     return weight.requires_grad or torch._C._functorch.is_batchedtensor(weight)
 
 
+ONEDNN_FROM = 32768
+"""From this many output elements an eager CPU float32 ``tanh(x W^T + b)`` is oneDNN's linear with the bias and
+tanh in its epilogue (:func:`_onednn_linear_tanh`); below it the call's fixed cost is more than it saves."""
+
+
+def _onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+_ONEDNN = _onednn_available()
+
+
+def _onednn_applies(x: Tensor, weight: Tensor) -> bool:
+    """``tanh(x W^T + b)`` can run as :func:`_onednn_linear_tanh`: plain float32 CPU tensors (not a functorch
+    transform's wrappers, for which the op has no rule) with at least ``ONEDNN_FROM`` output elements."""
+    return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+            and not torch._C._functorch.is_functorch_wrapped_tensor(x)
+            and not torch._C._functorch.is_functorch_wrapped_tensor(weight)
+            and x.numel() // max(x.shape[-1], 1) * weight.shape[0] >= ONEDNN_FROM)
+
+
+def _onednn_linear_tanh(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``tanh(x W^T + b)`` in one oneDNN call: the bias and tanh are applied as the product's tiles are written,
+    where ``addmm`` first copies the broadcast bias into the whole output and the activation is another pass
+    (benchmarks/README.md, section 18). oneDNN's tanh is within 6e-8 of ``torch.tanh``."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "tanh", [], "")
+
+
 def _compiling_for_cpu(x: Tensor) -> bool:
     return x.device.type == "cpu" and torch.compiler.is_compiling() and not torch.compiler.is_exporting()
 
@@ -187,13 +215,16 @@ def _linear_backward(needs: tuple[bool, ...], grad: Tensor, x: Tensor, weight: T
 
 
 class _LinearTanh(_LinearTanhNode):
-    """``tanh(x W^T + b)`` as one node, for the CPU's sigmoid form: forward ``2 sigmoid(x (2W)^T + 2b) - 1``,
-    the factor 2 applied to the small weights rather than in a pass over the activations (doubling is exact, so
-    the result is bit for bit :class:`Tanh`'s form after ``F.linear``); backward tanh's fused kernel, then
+    """``tanh(x W^T + b)`` as one node on the CPU: forward oneDNN's fused linear + tanh where it applies
+    (:func:`_onednn_applies`), else the sigmoid form ``2 sigmoid(x (2W)^T + 2b) - 1``, the factor 2 applied to
+    the small weights rather than in a pass over the activations (doubling is exact, so the result is bit for bit
+    :class:`Tanh`'s form after ``F.linear``); backward tanh's fused kernel on the output, then
     :class:`_Linear`'s products."""
 
     @staticmethod
     def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        if _onednn_applies(x, weight):
+            return _onednn_linear_tanh(x, weight, bias)
         return torch.sigmoid(F.linear(x, 2.0 * weight, 2.0 * bias)).mul_(2.0).sub_(1.0)
 
     @staticmethod
@@ -290,11 +321,13 @@ class MLP(nn.Sequential):
         W h + b = (a W) s + (b + c W 1),    tanh(W h + b) = 2 sigmoid(2 (a W) s + 2 (b + c W 1)) - 1,
 
     so each hidden layer is one ``addmm`` and one ``sigmoid`` (no elementwise pass of its own). It agrees with
-    ``torch.tanh`` to about 1e-6 (tested). With gradients (the update) each ``Linear`` and the ``Tanh`` after it
-    are one :class:`_LinearTanh` node (only the factor 2 folded into the weights, the backward ``tanh``'s fused
-    kernel: measured faster than the folded form's ``sigmoid_backward``, benchmarks/README.md); other linear
-    layers with gradients go through :class:`_Linear`. Compiled for the CPU, the layers run one by one and
-    :class:`Tanh` takes its rational form.
+    ``torch.tanh`` to about 1e-6 (tested). From ``ONEDNN_FROM`` output elements, in float32 with oneDNN present,
+    each hidden layer is instead one oneDNN call with the bias and tanh fused (:func:`_onednn_linear_tanh`).
+    With gradients (the update) each ``Linear`` and the ``Tanh`` after it are one :class:`_LinearTanh` node
+    (forward that oneDNN call or the sigmoid form with only the factor 2 folded into the weights; backward
+    ``tanh``'s fused kernel, measured faster than the folded form's ``sigmoid_backward``,
+    benchmarks/README.md); other linear layers with gradients go through :class:`_Linear`. Compiled for the CPU,
+    the layers run one by one and :class:`Tanh` takes its rational form.
     """
 
     SIGMOID_FROM = Tanh.SIGMOID_FROM
@@ -337,6 +370,10 @@ class MLP(nn.Sequential):
 
     def _forward_sigmoid_form(self, x: Tensor) -> Tensor:
         layers = list(self._modules.values())
+        if _onednn_applies(x, layers[0].weight):
+            for layer in layers[:-1:2]:
+                x = _onednn_linear_tanh(x, layer.weight, layer.bias)
+            return F.linear(x, layers[-1].weight, layers[-1].bias)
         a, c = 1.0, 0.0
         s = x
         for layer in layers[:-1:2]:

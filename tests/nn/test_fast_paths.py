@@ -150,6 +150,36 @@ def test_fused_linear_tanh_is_the_sigmoid_form_bit_for_bit_with_tanh_gradients(l
     torch.testing.assert_close(gx[0], ref[0], atol=3e-6 * ref[0].abs().max().item(), rtol=0)
 
 
+@pytest.mark.parametrize("lead", [(1024,), (8, 70)])
+def test_onednn_linear_tanh_matches_tanh_of_linear_in_value_and_gradient(lead):
+    """From ONEDNN_FROM output elements the fused node's forward is oneDNN's linear + tanh, with and without
+    gradients (the MLP's no-grad form too), within float32 rounding of ``tanh(F.linear)``."""
+    from rl_gpu.nn import layers
+
+    if not layers._ONEDNN:
+        pytest.skip("this torch build has no oneDNN")
+    g = torch.Generator().manual_seed(len(lead))
+    x = (torch.randn(*lead, 64, generator=g)).requires_grad_()
+    weight = (torch.randn(64, 64, generator=g) * 0.2).requires_grad_()
+    bias = torch.randn(64, generator=g).requires_grad_()
+    grad = torch.randn(*lead, 64, generator=g)
+    assert layers._onednn_applies(x, weight)
+    y = layers._LinearTanh.apply(x, weight, bias)
+    ref_y = torch.tanh(torch.nn.functional.linear(x, weight, bias))
+    torch.testing.assert_close(y, ref_y, atol=2e-7, rtol=0)
+    ours = torch.autograd.grad(y, (x, weight, bias), grad)
+    ref = torch.autograd.grad(ref_y, (x, weight, bias), grad)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b, atol=3e-6 * max(1.0, b.abs().max().item()), rtol=0)
+    torch.manual_seed(0)
+    net = mlp(64, (64, 64), 2, out_gain=1.0)
+    with torch.no_grad():
+        assert net._sigmoid_form(x)
+        torch.testing.assert_close(net(x), _plain(net)(x), atol=1e-6, rtol=0)
+    # Under a functorch transform the op has no rule: the sigmoid form runs instead.
+    assert not torch.func.vmap(lambda t: torch.tensor(layers._onednn_applies(t, weight)))(x.detach()[None])
+
+
 def test_mlp_fuses_linear_and_tanh_only_where_the_sigmoid_form_runs():
     net = mlp(4, (64, 64), 2, out_gain=1.0)
     def names(y):  # every node of y's autograd graph
