@@ -99,8 +99,10 @@ _ONEDNN = _onednn_available()
 
 def _onednn_applies(x: Tensor, weight: Tensor) -> bool:
     """``tanh(x W^T + b)`` can run as :func:`_onednn_linear_tanh`: plain float32 CPU tensors (not a functorch
-    transform's wrappers, for which the op has no rule) with at least ``ONEDNN_FROM`` output elements."""
+    transform's wrappers, for which the op has no rule) with at least ``ONEDNN_FROM`` output elements, outside
+    any tracing (an exported or scripted model keeps portable operators)."""
     return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+            and not torch.compiler.is_compiling() and not torch.jit.is_tracing() and not torch.jit.is_scripting()
             and not torch._C._functorch.is_functorch_wrapped_tensor(x)
             and not torch._C._functorch.is_functorch_wrapped_tensor(weight)
             and x.numel() // max(x.shape[-1], 1) * weight.shape[0] >= ONEDNN_FROM)
