@@ -40,7 +40,8 @@ from rl_gpu.nn.layers import Tanh
 from rl_gpu.runtime.allocator import keep_freed_host_memory
 
 CATEGORIES = {
-    "GEMM (mm, addmm)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
+    "GEMM (mm, addmm, oneDNN's linear + tanh)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+                                                 "mkldnn::_linear_pointwise"),
     "activations (sigmoid, tanh, their backward)": ("aten::sigmoid", "aten::sigmoid_backward", "aten::tanh",
                                                    "aten::tanh_backward"),
     "bias / output copies (addmm's input, casts)": ("aten::copy_", "aten::_to_copy"),
@@ -182,7 +183,7 @@ def main() -> None:
     print(f"  {'everything else':<46} {sum(us for us, _ in rest) / 1e3:8.1f} ms  "
           f"{sum(us for us, _ in rest) / total:6.1%}  (largest: "
           f"{', '.join(f'{k} {us / 1e3:.1f}' for us, k in rest[:5])})")
-    gemm_us = sum(rows.get(n, 0.0) for n in CATEGORIES["GEMM (mm, addmm)"])
+    gemm_us = sum(rows.get(n, 0.0) for n in CATEGORIES["GEMM (mm, addmm, oneDNN's linear + tanh)"])
     flops = update_gemm_flops(algo, slots)
     peak = gemm_peak_gflops()
     print(f"\nGEMM work {flops / 1e9:.1f} GFLOP per update: {flops / gemm_us / 1e3:.1f} GFLOP/s inside the GEMMs, "

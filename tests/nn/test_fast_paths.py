@@ -356,10 +356,12 @@ def test_population_update_takes_the_fused_nodes_under_vmap() -> None:
 
 @pytest.mark.parametrize("fused", ["_Linear", "_LinearTanh"])
 @pytest.mark.parametrize("dims", [(0, 0, 0), (1, None, None), (None, 0, 0), (2, 0, None)])
-def test_stacked_vmap_rule_matches_each_member_alone(fused, dims):
+@pytest.mark.parametrize("n", [6, 120])
+def test_stacked_vmap_rule_matches_each_member_alone(fused, dims, n):
     """The vmap rule of the fused linear nodes (every operand moved or expanded to a leading member dimension,
     then one batched node): outputs and gradients equal a loop over members of the plain form, whatever the
-    vmapped dimensions, for a [T, N, I] input, and under a vmap nested in another."""
+    vmapped dimensions, for a [T, N, I] input, and under a vmap nested in another. With 600 rows a member
+    (n=120) the stacked tanh layer runs oneDNN's fused form member by member."""
     import rl_gpu.nn.layers as layers
 
     node = getattr(layers, fused)
@@ -367,7 +369,8 @@ def test_stacked_vmap_rule_matches_each_member_alone(fused, dims):
              else (lambda x, w, b: torch.tanh(torch.nn.functional.linear(x, w, b))))
     k, g = 3, torch.Generator().manual_seed(7)
     x_dim, w_dim, b_dim = dims
-    x = torch.randn(5, 6, 4, generator=g)
+    x = torch.randn(5, n, 4, generator=g)
+    assert (5 * n * 64 >= layers.ONEDNN_FROM) == (n == 120)
     x = x.unsqueeze(x_dim).expand(*x.shape[:x_dim], k, *x.shape[x_dim:]).clone() if x_dim is not None else x
     w = torch.randn(k, 64, 4, generator=g) if w_dim is not None else torch.randn(64, 4, generator=g)
     b = torch.randn(k, 64, generator=g) if b_dim is not None else torch.randn(64, generator=g)
