@@ -5,6 +5,7 @@ Shape legend: N = batch rows, I = input size, H = hidden width.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -90,22 +91,32 @@ ONEDNN_FROM = 32768
 tanh in its epilogue (:func:`_onednn_linear_tanh`); below it the call's fixed cost is more than it saves."""
 
 
+USE_ONEDNN = True
+"""Let eager CPU Linear + tanh layers take :func:`_onednn_linear_tanh` (a switch for benchmarks and tests)."""
+
+
+@functools.cache
 def _onednn_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
-_ONEDNN = _onednn_available()
+    """This build runs oneDNN's fused linear (probed once with a 1 x 1 call: a build can list the operator and
+    still not run it)."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    try:
+        torch.ops.mkldnn._linear_pointwise(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), "tanh", [], "")
+    except RuntimeError:
+        return False
+    return True
 
 
 def _onednn_applies(x: Tensor, weight: Tensor) -> bool:
     """``tanh(x W^T + b)`` can run as :func:`_onednn_linear_tanh`: plain float32 CPU tensors (not a functorch
     transform's wrappers, for which the op has no rule) with at least ``ONEDNN_FROM`` output elements, outside
     any tracing (an exported or scripted model keeps portable operators)."""
-    return (_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
+    return (USE_ONEDNN and x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32
             and not torch.compiler.is_compiling() and not torch.jit.is_tracing() and not torch.jit.is_scripting()
             and not torch._C._functorch.is_functorch_wrapped_tensor(x)
             and not torch._C._functorch.is_functorch_wrapped_tensor(weight)
-            and x.numel() // max(x.shape[-1], 1) * weight.shape[0] >= ONEDNN_FROM)
+            and x.numel() // max(x.shape[-1], 1) * weight.shape[0] >= ONEDNN_FROM and _onednn_available())
 
 
 def _onednn_linear_tanh(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
