@@ -8,7 +8,7 @@ from typing import Any
 from rl_gpu.algos.base import Algorithm, Setup
 
 ALGORITHMS: dict[str, str] = {"ppo": "rl_gpu.algos.ppo.algorithm:PPO", "sac": "rl_gpu.algos.sac.algorithm:SAC",
-                              "td3": "rl_gpu.algos.td3.algorithm:TD3"}
+                              "td3": "rl_gpu.algos.td3.algorithm:TD3", "neurd": "rl_gpu.algos.neurd.algorithm:NeuRD"}
 """Name -> ``"module:Class"``; the class has ``from_setup(setup, config) -> Algorithm``. Imported on use."""
 
 

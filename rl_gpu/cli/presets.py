@@ -174,6 +174,23 @@ environment's preset; command-line flags override them."""
 
 OFF_POLICY_CONFIGS = {"sac": SACConfig, "td3": TD3Config}
 
+NEURD_PRESET = {
+    # Full-width NeuRD (benchmarks/learning.md): a plain gradient step of 0.01 (0.03 left one seed of four stuck
+    # near a pure policy), 10,000 iterations of about 10 ms, a validation (and OpenSpiel's exploitability) every
+    # 500; the training environment is only the template of the game's tree, so it has one row.
+    "num_envs": 1,
+    "learning_rate": 0.01,
+    "anneal_lr": False,
+    "min_updates": 1,
+    "max_updates": 10_000,
+    "eval_every": 500,
+    "checkpoint_every": 500,
+    "log_every": 500,
+    "eval_episodes": 4096,
+    "final_eval_episodes": 16384,
+}
+"""NeuRD's settings (the evaluation keys of the environment's preset are kept: its games, its budget of games)."""
+
 SELF_PLAY_PRESETS: dict[str, dict] = {
     # Self-play (--self-play) trains for a step budget (no validation passes, rl_gpu.training.goals) and
     # keeps the least exploitable validation; the learning rate decays over the budget.
@@ -195,7 +212,8 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
     ``gym:X`` takes ``X``'s preset when there is one: the same task, stepped by Gymnasium on the host; other
     ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`; ``self_play`` adds :data:`SELF_PLAY_PRESETS` (PPO). SAC and
     TD3 take the task keys of the environment's preset (goal, budget, evaluation) under their own settings
-    (:data:`OFF_POLICY_PRESETS`); an unknown ``algo`` is a ``ValueError``.
+    (:data:`OFF_POLICY_PRESETS`), NeuRD its validation sizes under :data:`NEURD_PRESET`; an unknown ``algo`` is a
+    ``ValueError``.
     """
     fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else {}
     preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), fallback)))
@@ -206,8 +224,11 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
             preset.update(extra, self_play=True, ppo={**preset.get("ppo", {}), **ppo_extra})
         ppo = PPOConfig(**preset.pop("ppo", {}))
         return TrainConfig(env=env_id, ppo=ppo, **preset)
+    if algo == "neurd":
+        evaluation = {k: preset[k] for k in ("eval_episodes", "final_eval_episodes") if k in preset}
+        return TrainConfig(env=env_id, algo="neurd", self_play=self_play, **{**NEURD_PRESET, **evaluation})
     if algo not in OFF_POLICY_CONFIGS:
-        raise ValueError(f"unknown algorithm {algo!r}; known: ppo, {', '.join(OFF_POLICY_CONFIGS)}")
+        raise ValueError(f"unknown algorithm {algo!r}; known: ppo, neurd, {', '.join(OFF_POLICY_CONFIGS)}")
     own = OFF_POLICY_PRESETS.get(env_id, OFF_POLICY_PRESETS.get(env_id.removeprefix("gym:"), {})).get(algo, {})
     merged = {**_OFF_POLICY, **{k: preset[k] for k in _TASK_KEYS if k in preset}, **own}
     section = OFF_POLICY_CONFIGS[algo](**merged.pop(algo, {}))

@@ -246,6 +246,12 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         n = inner[0].shape[0]
         return torch.zeros(n, dtype=torch.long, device=self.device)
 
+    def chance_outcomes(self) -> tuple[Inner, Tensor] | None:
+        """Every possible episode start with its probability, ``(inner with C rows, probs [C] float64)``, for a
+        game whose randomness is all in its start and small enough to list (exact game-tree methods,
+        :mod:`rl_gpu.envs.game_tree`). None (the default): the environment lists none."""
+        return None
+
     def initial_state(self, inner: Inner) -> EnvState[Inner]:
         """The full state of a batch starting from ``inner``: episode counters at zero, no row frozen."""
         n = inner[0].shape[0]

@@ -32,6 +32,7 @@ recorded.
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 import torch
@@ -102,9 +103,20 @@ class LeducHoldem(TensorEnv[LeducState]):
         # The first three cards of a uniformly random permutation of the deck: a uniform draw of three
         # distinct cards in order (seat 0, seat 1, public), as OpenSpiel deals them one after another.
         order = torch.rand(num_envs, NUM_CARDS, generator=generator, device=device).argsort(dim=1)
+        return self._deal(order[:, :3].contiguous())
+
+    def chance_outcomes(self) -> tuple[LeducState, Tensor]:
+        """The 120 deals (seat 0's card, seat 1's, the public card), each with probability 1/120."""
+        cards = torch.tensor(list(itertools.permutations(range(NUM_CARDS), 3)), device=self.device)
+        return self._deal(cards), torch.full((cards.shape[0],), 1.0 / cards.shape[0], dtype=torch.float64,
+                                             device=self.device)
+
+    def _deal(self, cards: Tensor) -> LeducState:
+        """Fresh games of the deals ``cards`` (``[N, 3]``)."""
+        num_envs, device = cards.shape[0], self.device
         zeros = torch.zeros(num_envs, dtype=torch.long, device=device)
         return LeducState(
-            cards=order[:, :3].contiguous(),
+            cards=cards,
             round=zeros,
             current_player=zeros,
             contribution=torch.ones(num_envs, 2, dtype=torch.long, device=device),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from rl_gpu.algos.neurd.config import NeuRDConfig
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.sac.config import SACConfig
 from rl_gpu.algos.td3.config import TD3Config
@@ -35,7 +36,7 @@ MAX_TIMESTEPS = 10**15
 MAX_SEED = 2**63 - 1
 """Seeds are stored as signed 64-bit integers by the tools that read the run files."""
 
-ALGORITHM_SECTIONS = ("ppo", "sac", "td3")
+ALGORITHM_SECTIONS = ("ppo", "sac", "td3", "neurd")
 """The sections of :class:`TrainConfig` that hold one algorithm's hyper-parameters each (named as ``algo``)."""
 
 SAVED_EXTRA_KEYS = frozenset({"seed", "num_steps_resolved", "run_environment"})
@@ -48,10 +49,12 @@ class TrainConfig:
 
     env: str = DEFAULT_ENV
     """environment id; an unknown id is refused with the list of known ones"""
-    algo: Literal["ppo", "sac", "td3"] = "ppo"
+    algo: Literal["ppo", "sac", "td3", "neurd"] = "ppo"
     """algorithm; its hyper-parameters are the flags of its own section (PPO: --gamma, --clip-coef, ...; SAC and
-    TD3: --gamma, --tau, --buffer-size, ...), which `--algo ALGO --help` lists; presets are per environment and
-    algorithm"""
+    TD3: --gamma, --tau, --buffer-size, ...; NeuRD: --logit-threshold, --average, ...), which `--algo ALGO --help`
+    lists; presets are per environment and algorithm. neurd: self-play of a two-player zero-sum game small enough
+    to enumerate (LeducHoldem-v0), every chance outcome and action sequence evaluated exactly at each iteration
+    instead of sampled games; it trains for --max-updates iterations and keeps the least exploitable validation"""
     output: Path = Path("artifacts/run")
     """output directory; each seed writes OUTPUT/seed-N/"""
     seeds: tuple[int, ...] = (11,)
@@ -88,7 +91,8 @@ class TrainConfig:
     to it, with a note; both given with --min-updates above --max-updates is refused)"""
     max_updates: int = 1000
     """give up (exit code 1) after this many updates without success (at most 10**9; not used with
-    --total-timesteps)"""
+    --total-timesteps); self-play (--self-play, --algo neurd) has no goal to meet, so these updates are its
+    budget (exit code 0, status budget_spent)"""
     total_timesteps: int | None = None
     """step budget: train for this many environment steps (under torchrun, every process's together), then
     stop (exit code 0, status budget_spent); the learning-rate schedule runs over it and a success goal is
@@ -158,6 +162,8 @@ class TrainConfig:
     """SAC hyper-parameters (flags without a prefix: --gamma, --tau, --buffer-size, ...)"""
     td3: TD3Config = field(default_factory=TD3Config)
     """TD3 hyper-parameters (flags without a prefix: --gamma, --tau, --policy-noise, ...)"""
+    neurd: NeuRDConfig = field(default_factory=NeuRDConfig)
+    """NeuRD hyper-parameters (flags without a prefix: --logit-threshold, --average, ...)"""
 
     def __post_init__(self) -> None:
         # Obvious spellings from Python code: a list for a tuple, a string for a path.
@@ -194,9 +200,21 @@ class TrainConfig:
         if not all(0.0 <= v <= 1.0 for v in shares) or sum(shares) > 1.0:
             raise UsageError(f"--latest-share and --baseline-share must each be in [0, 1] and sum to at most 1, "
                              f"got {self.latest_share!r} and {self.baseline_share!r}")
+        if self.algo == "neurd":
+            self._check_neurd()
         if not -20.0 <= self.init_log_std <= 20.0:
             # exp(log std) must stay a usable float32 standard deviation.
             raise UsageError(f"--init-log-std must be between -20 and 20, got {self.init_log_std!r}")
+
+    def _check_neurd(self) -> None:
+        refused = [(self.total_timesteps is not None, "--total-timesteps",
+                    "it trains for --max-updates iterations, each evaluating the whole game tree"),
+                   (self.self_play, "--self-play", "it is self-play already; --self-play is PPO's league"),
+                   (self.compile in ("inductor", "cudagraphs"), f"--compile {self.compile}",
+                    "it runs eagerly (an iteration is a few milliseconds of small operations)")]
+        for bad, flag, why in refused:
+            if bad:
+                raise UsageError(f"{flag} does not apply to --algo neurd ({why}): drop it")
 
     def algo_config(self):
         """The hyper-parameters of the chosen algorithm (the section named by ``algo``)."""

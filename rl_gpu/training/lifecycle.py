@@ -3,7 +3,8 @@ whether the run is finished, and how to continue runs a stop signal cut short.
 
 A run is *finished* when its ``summary.json`` records a final status for the update ``last.pt`` holds: a
 resume then neither trains again nor replaces the result, unless the limit that ended it was raised
-(``--max-updates`` for ``goal_not_met``, ``--total-timesteps`` for ``budget_spent``). A run that stopped
+(``--max-updates`` for ``goal_not_met``, ``--total-timesteps`` for ``budget_spent``, ``--max-updates`` for the
+``budget_spent`` of a self-play run without a step budget). A run that stopped
 between its last update and the end of its final evaluation (no summary yet) is completed by a resume: the
 final evaluation runs, without further training.
 """
@@ -65,6 +66,11 @@ def check_resumable(run_dir: Path, payload: dict, config: TrainConfig) -> None:
                 return
             raise UsageError(f"{where}: its goal was not met within {update} updates ({run_dir / 'summary.json'});"
                              f" pass a --max-updates above {update} to train it further")
+        if saved.get("total_timesteps") is None:  # a budget of updates: self-play, which has no goal to meet
+            if config.total_timesteps is None and config.max_updates > max(update, saved.get("max_updates", 0)):
+                return
+            raise UsageError(f"{where}: it trained its {update} updates ({run_dir / 'summary.json'}); pass a "
+                             f"--max-updates above {update} to train it further")
         if config.total_timesteps is not None and config.total_timesteps > max(
                 step, saved.get("total_timesteps") or 0):
             return

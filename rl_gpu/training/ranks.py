@@ -80,6 +80,9 @@ def check_config(config) -> None:
         if getattr(config, flag, False):
             raise UsageError(f"--{flag.replace('_', '-')} cannot run under torchrun with {k} processes yet (its "
                              "state lives in one process); train it in one process")
+    if config.algo == "neurd":
+        raise UsageError(f"--algo neurd cannot run under torchrun with {k} processes (every process would evaluate "
+                         "the same whole game tree); train it in one process")
     for flag, episodes in (("--eval-episodes", config.eval_episodes),
                            ("--final-eval-episodes", config.final_eval_episodes)):
         if episodes < k:

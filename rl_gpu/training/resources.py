@@ -27,7 +27,7 @@ from rl_gpu.training.config import TrainConfig
 BYTES_PER_ELEMENT = 4
 PARAM_COPIES = 6
 SLOT_SCALARS = 12
-DEFAULT_NUM_STEPS = {"ppo": 128, "sac": 1, "td3": 1}
+DEFAULT_NUM_STEPS = {"ppo": 128, "sac": 1, "td3": 1, "neurd": 1}
 """T when --num-steps is not given and the task is not turn-based (the algorithm's default)."""
 
 
@@ -79,10 +79,11 @@ def check_memory(config: TrainConfig, spec: EnvSpec, device: torch.device) -> No
         raise UsageError(
             f"--num-envs {config.num_envs:,} x --num-steps {_num_steps(config, spec):,} with --hidden-sizes "
             f"{' '.join(str(h) for h in config.hidden_sizes)}{_buffer(config)} needs about {_gib(need)} "
-            f"({'rollout' if config.algo == 'ppo' else 'replay'} storage, networks, optimiser state), more than "
+            f"({'replay' if _buffer(config) else 'rollout'} storage, networks, optimiser state), more than "
             f"the {_gib(have)} {what} this machine's {device}; lower --num-envs, --num-steps"
-            f"{'' if config.algo == 'ppo' else ', --buffer-size'} or --hidden-sizes")
+            f"{', --buffer-size' if _buffer(config) else ''} or --hidden-sizes")
 
 
 def _buffer(config: TrainConfig) -> str:
-    return "" if config.algo == "ppo" else f" and --buffer-size {config.algo_config().buffer_size:,}"
+    size = getattr(config.algo_config(), "buffer_size", None)
+    return "" if size is None else f" and --buffer-size {size:,}"

@@ -166,6 +166,9 @@ class RunLogger:
             when their update's line is written.
         start_update, start_step: where a resumed run starts (rates, ETA and the bar count from there;
             ``metrics.jsonl`` is appended to).
+        start_time: the ``time`` a resumed run's lines continue from, when the caller gives each line's ``time``
+            (the trainer's training seconds): rates and the ETA are measured on that clock, which is right
+            however many updates are read back and logged at once.
     """
 
     def __init__(
@@ -183,6 +186,7 @@ class RunLogger:
         device: str | torch.device | None = None,
         start_update: int = 0,
         start_step: int = 0,
+        start_time: float = 0.0,
     ) -> None:
         if display not in DISPLAYS:
             raise ValueError(f"display must be one of {DISPLAYS}, got {display!r}")
@@ -201,7 +205,7 @@ class RunLogger:
         self._phase_marks: list[PhaseMark] = []
         self._phase_totals: dict[str, float] = collections.defaultdict(float)
         self._marks: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=RECENT + 1)
-        self._marks.append((self.started, start_update, start_step))
+        self._marks.append((start_time, start_update, start_step))
         self._recent: dict[str, collections.deque[float]] = {
             key: collections.deque(maxlen=RECENT) for key in headline
         }
@@ -316,9 +320,9 @@ class RunLogger:
         ``phases``: this update's phases (from :meth:`take_phases`); default: those timed since the last line.
         Keys given in ``scalars`` win over the ones the logger computes (``time``, ``steps_per_second``).
         """
-        now = time.perf_counter()
         record: dict[str, Any] = {"update": update, "global_step": global_step}
-        record["time"] = now - self.started
+        now = float(scalars.get("time", time.perf_counter() - self.started))
+        record["time"] = now
         prev_time, _, prev_step = self._marks[-1]
         record["steps_per_second"] = (global_step - prev_step) / max(now - prev_time, 1e-9)
         for name, seconds in _phase_seconds(self.take_phases() if phases is None else phases).items():

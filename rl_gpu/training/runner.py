@@ -39,7 +39,7 @@ from rl_gpu.training.checkpointing import CheckpointMixin
 from rl_gpu.training.config import TrainConfig
 from rl_gpu.training.evaluation import EvalResult, evaluate_policy
 from rl_gpu.training.final_eval import final_evaluation
-from rl_gpu.training.goals import goal_for
+from rl_gpu.training.goals import SelfPlayLeague, goal_for
 from rl_gpu.training.league import League, LeagueSettings, SelfPlay
 from rl_gpu.training.lifecycle import FINAL_STATUSES, check_checkpoint_belongs, check_resumable
 from rl_gpu.training.outcome import (  # noqa: F401 (the names callers import from the runner)
@@ -87,7 +87,9 @@ class Trainer(CheckpointMixin):
         torch.manual_seed(derive_seed(seed, "torch"))
         self.env: VecEnv = self.make_env(config.num_envs, derive_seed(seed, "train-env", rank()))
         self.goal = goal_for(self.env.spec, config.env, config.solve_threshold, config.success_z,
-                             budget=config.total_timesteps is not None, self_play=config.self_play)
+                             budget=config.total_timesteps is not None,
+                             self_play=config.self_play or config.algo == "neurd",
+                             asked_by="--algo neurd" if config.algo == "neurd" else "--self-play")
         try:
             setup = Setup(
                 env=self.env, seed=ranks.algorithm_seed(seed), learning_rate=config.learning_rate,
@@ -191,6 +193,9 @@ class Trainer(CheckpointMixin):
             return "budget_spent", (f"spent the budget of {cfg.total_timesteps:,} steps at update {self.update} "
                                     f"(step {self.global_step:,}); best validation {self.best_score:.4f} at "
                                     f"update {self.best_update}")
+        if isinstance(self.goal, SelfPlayLeague):  # no goal to meet: the updates are the budget
+            return "budget_spent", (f"trained the --max-updates {cfg.max_updates} updates; best validation "
+                                    f"{self.best_score:.4f} at update {self.best_update}")
         return "goal_not_met", (f"goal not met within --max-updates {cfg.max_updates}: best validation "
                                 f"{self.best_score:.4f} at update {self.best_update}")
 
@@ -313,6 +318,7 @@ class Trainer(CheckpointMixin):
             total_updates=-(-cfg.total_timesteps // self.step_bound) if cfg.total_timesteps else cfg.max_updates,
             headline=(self.goal.headline,), log_every=cfg.log_every, display=self.display, quiet=cfg.quiet,
             device=self.device, start_update=self.update, start_step=self.global_step,
+            start_time=self.train_seconds,
         )
 
     def train_one_update(self, logger: RunLogger) -> Tensor:
@@ -391,7 +397,7 @@ class Trainer(CheckpointMixin):
         if self.measure is None:
             return score, {}, ""
         measured = self.measure(policy)
-        if self.league is not None:
+        if isinstance(self.goal, SelfPlayLeague):
             score = -measured.value
         return score, {"exploitability": measured.value}, f"  exploitability {measured.describe()}"
 

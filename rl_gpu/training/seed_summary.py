@@ -42,7 +42,8 @@ def seed_summary(summaries: Sequence[dict], multi_player: bool) -> dict:
     """Aggregate per-seed ``summary.json`` contents: each seed's final score (best.pt's win rate for turn-based
     games, its mean return otherwise), their mean, median and IQM with a bootstrap 95% CI, and how many seeds
     met their goal. Seeds without a final evaluation are listed with a null score and left out of the
-    statistics."""
+    statistics. Where every seed measured best.pt's exploitability (two-player games that have one), its
+    statistics go under ``exploitability`` too (lower is better): for self-play, the measure that matters."""
     metric = "win_rate" if multi_player else "mean_return"
     per_seed = []
     for s in summaries:
@@ -53,10 +54,20 @@ def seed_summary(summaries: Sequence[dict], multi_player: bool) -> dict:
     out: dict = {"metric": f"final evaluation of best.pt: {metric}", "seeds": per_seed,
                  "successes": sum(p["success"] for p in per_seed), "num_seeds": len(per_seed)}
     if scores:
-        lo, hi = bootstrap_ci(scores)
-        out.update(mean=statistics.fmean(scores), median=statistics.median(scores), iqm=iqm(scores),
-                   iqm_ci95=[lo, hi], bootstrap={"samples": BOOTSTRAP_SAMPLES, "seed": BOOTSTRAP_SEED})
+        out.update(_statistics(scores), bootstrap={"samples": BOOTSTRAP_SAMPLES, "seed": BOOTSTRAP_SEED})
+    measured = [s.get("exploitability") for s in summaries]
+    if measured and all(isinstance(m, dict) and isinstance(m.get("best"), (int, float)) for m in measured):
+        values = [float(m["best"]) for m in measured]
+        out["exploitability"] = {"of": "best.pt", "unit": measured[0].get("unit"),
+                                 "seeds": [{"seed": s.get("seed"), "value": v} for s, v in zip(summaries, values)],
+                                 **_statistics(values)}
     return out
+
+
+def _statistics(scores: Sequence[float]) -> dict:
+    lo, hi = bootstrap_ci(scores)
+    return {"mean": statistics.fmean(scores), "median": statistics.median(scores), "iqm": iqm(scores),
+            "iqm_ci95": [lo, hi]}
 
 
 def describe(summary: dict) -> str:
@@ -70,4 +81,10 @@ def describe(summary: dict) -> str:
                      f"{summary['num_seeds']} seeds")
     else:
         lines.append(f"  no seed has a final evaluation; goal met by {summary['successes']}/{summary['num_seeds']}")
+    measured = summary.get("exploitability")
+    if measured:
+        lo, hi = measured["iqm_ci95"]
+        lines.append(f"  exploitability of best.pt ({measured['unit']}): " + ", ".join(
+            f"seed {p['seed']} {p['value']:.4f}" for p in measured["seeds"]) + f"; mean {measured['mean']:.4f}, "
+            f"median {measured['median']:.4f}, IQM {measured['iqm']:.4f} [{lo:.4f}, {hi:.4f}]")
     return "\n".join(lines)

@@ -2,9 +2,7 @@
 resume), each algorithm's own flags and help, and combinations that cannot work refused in one line with exit
 code 2 before anything is written."""
 
-import contextlib
 import importlib.util
-import io
 import json
 
 import pytest
@@ -17,6 +15,9 @@ from rl_gpu.cli.plot import main as plot_main
 from rl_gpu.cli.presets import preset_config
 from rl_gpu.cli.train import main
 from rl_gpu.interop.policy_io import load_policy
+
+from cli_call import call_main
+
 TINY = ["--env", "Pendulum-v1", "--device", "cpu", "--num-envs", "4", "--num-steps", "8", "--max-updates", "4",
         "--min-updates", "1", "--eval-every", "2", "--eval-episodes", "4", "--final-eval-episodes", "4",
         "--hidden-sizes", "16", "16", "--learning-starts", "32", "--batch-size", "16", "--buffer-size", "512",
@@ -25,13 +26,7 @@ TINY = ["--env", "Pendulum-v1", "--device", "cpu", "--num-envs", "4", "--num-ste
 
 def call(*args, command=main):
     """``command``'s exit code, stdout and stderr, in process (as the ``rl-gpu`` entry point runs it)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = command([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
+    return call_main(command, *args)
 
 
 def test_a_short_sac_run_trains_evaluates_exports_plots_and_resumes(tmp_path):

@@ -150,7 +150,7 @@ def test_league_checkpoint_resumes_exactly(tmp_path):
     (paused,) = train(stopped, log=quiet, stop_after=2)
     assert paused.status == "paused"
     resumed = resume(tmp_path / "b" / "seed-5", stopped, log=quiet)
-    assert resumed.status == full.status == "goal_not_met"
+    assert resumed.status == full.status == "budget_spent"  # self-play has no goal: its updates are the budget
     a = load_checkpoint(tmp_path / "a" / "seed-5" / "last.pt")["trainer"]["algorithm"]
     b = load_checkpoint(tmp_path / "b" / "seed-5" / "last.pt")["trainer"]["algorithm"]
     for k in a["policy"]:
@@ -196,7 +196,7 @@ def test_short_roulette_self_play_lowers_exploitability(tmp_path):
     config = _config(tmp_path / "run", num_envs=256, max_updates=12, min_updates=12, eval_every=6,
                      learning_rate=3e-3, snapshot_every=5, pool_size=4, checkpoint_every=12)
     (result,) = train(config, log=quiet, measure=lambda policy: measure_exploitability(env, policy))
-    assert result.status == "goal_not_met"  # self-play trains until its limit
+    assert result.status == "budget_spent"  # self-play trains until its limit, which is its budget
     curve = [r["validation"]["exploitability"] for r in _metrics(tmp_path / "run" / "seed-5") if "validation" in r]
     assert len(curve) == 3
     assert curve[0] == pytest.approx(0.151, abs=0.002)  # a fresh network plays almost uniformly

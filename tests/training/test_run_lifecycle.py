@@ -277,3 +277,23 @@ def test_iqm_and_its_bootstrap_interval():
     assert (lo, hi) == bootstrap_ci(scores)  # fixed bootstrap seed
     assert lo <= iqm(scores) <= hi and lo < hi
     assert bootstrap_ci([7.0] * 5) == (7.0, 7.0)
+
+
+def test_the_seed_summary_aggregates_exploitability_where_every_seed_measured_it():
+    from rl_gpu.training.seed_summary import describe, seed_summary
+
+    def summary(seed, exploit):
+        return {"seed": seed, "status": "budget_spent", "success": False,
+                "final_evaluation": {"best": {"win_rate": 0.45}},
+                **({"exploitability": {"best": exploit, "initial": 2.37, "unit": "chips per game"}}
+                   if exploit is not None else {})}
+
+    values = [0.05, 0.07, 0.06, 0.09, 0.20]
+    across = seed_summary([summary(s, v) for s, v in enumerate(values)], multi_player=True)
+    measured = across["exploitability"]
+    assert measured["unit"] == "chips per game" and [p["value"] for p in measured["seeds"]] == values
+    assert measured["iqm"] == pytest.approx(iqm(values)) and measured["iqm_ci95"] == list(bootstrap_ci(values))
+    assert measured["median"] == pytest.approx(0.07)
+    assert "exploitability of best.pt (chips per game): seed 0 0.0500" in describe(across)
+    # A seed that measured none (stopped before its final evaluation): no aggregate of a part of the seeds.
+    assert "exploitability" not in seed_summary([summary(0, 0.05), summary(1, None)], multi_player=True)

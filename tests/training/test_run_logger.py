@@ -197,3 +197,17 @@ def test_a_resumed_run_appends_and_rates_count_from_the_resume_point(tmp_path):
         record = logger.log_update(2, 1100, {"loss": 0.5})
     assert record["steps_per_second"] < 100 / 0.01
     assert [line["update"] for line in _lines(tmp_path)] == [1, 2]
+
+
+def test_rates_follow_the_lines_own_times_when_many_are_logged_at_once(tmp_path):
+    # The trainer reads metrics back once per log interval and logs that many lines in one go, each with its
+    # update's own training time: the progress line's rate and ETA must come from those times, not from when the
+    # lines happened to be written.
+    stream = io.StringIO()
+    with RunLogger(tmp_path, total_updates=200, log_every=100, stream=stream, tensorboard=False,
+                   start_update=50, start_step=5000, start_time=7.0) as logger:
+        for update in range(51, 151):
+            record = logger.log_update(update, update * 100, {"time": 7.0 + 0.01 * (update - 50)})
+    assert record["steps_per_second"] == pytest.approx(100 / 0.01)
+    line = stream.getvalue().splitlines()[-1]
+    assert "10,000 steps/s" in line and "ETA 0:00:00" not in line and "ETA 0:00:01" in line, line
