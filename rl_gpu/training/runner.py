@@ -166,7 +166,8 @@ class Trainer(CheckpointMixin):
             fresh = self.baseline is None
             if fresh:
                 self.baseline = self.evaluate(self.initial_policy, cfg.eval_episodes, "validation")
-            self.log(f"[seed {self.seed}] {cfg.env}: N={cfg.num_envs} envs x T={self.num_steps} steps on "
+            shape = getattr(self.algo, "describe_shape", None) or f"N={cfg.num_envs} envs x T={self.num_steps} steps"
+            self.log(f"[seed {self.seed}] {cfg.env}: {shape} on "
                      f"{self.device}; " + (f"resumed at update {self.update}; " if self.resumed else "")
                      + f"initial policy: {self.goal.describe(self.baseline)}")
             status, reason, signum = self.train_loop(fresh, stop_after)

@@ -5,6 +5,7 @@ it cannot run are refused in one line with exit code 2 before anything is writte
 import json
 
 import pytest
+import torch
 
 from rl_gpu.cli.evaluate import main as evaluate_main
 from rl_gpu.cli.train import main
@@ -36,8 +37,9 @@ def test_a_short_leduc_run_measures_exploitability_and_resumes(tmp_path):
                                  "cpu")
     assert code == 0 and "exploit: policy" in stdout, err
 
-    code, _, err = call_main(main, "--resume", run, "--max-updates", "30", "--quiet")
+    code, stdout, err = call_main(main, "--resume", run, "--max-updates", "30", "--quiet")
     assert code == 0, err
+    assert "full width over 10,200 nodes and 936 information states" in stdout
     assert json.loads((run / "summary.json").read_text())["updates"] == 30
     code, _, err = call_main(main, "--resume", run, "--max-updates", "30")
     assert code == 2 and "it trained its 30 updates" in err and "--max-updates above 30" in err
@@ -78,3 +80,21 @@ def test_torchrun_is_refused(monkeypatch):
     monkeypatch.setattr(ranks, "world_size", lambda: 2)
     with pytest.raises(UsageError, match="--algo neurd cannot run under torchrun with 2 processes"):
         ranks.check_config(preset_config("LeducHoldem-v0", "neurd"))
+
+
+def test_a_resumed_run_continues_exactly(tmp_path):
+    pytest.importorskip("pyspiel")
+    from rl_gpu.runtime.checkpoint import load_checkpoint
+
+    quick = ["--env", "LeducHoldem-v0", "--seeds", "3", "--algo", "neurd", "--device", "cpu", "--hidden-sizes", "16",
+             "16", "--eval-every", "5", "--eval-episodes", "16", "--final-eval-episodes", "16", "--quiet"]
+    straight, paused = tmp_path / "straight", tmp_path / "paused"
+    assert call_main(main, *quick, "--max-updates", "12", "--output", straight)[0] == 0
+    assert call_main(main, *quick, "--max-updates", "7", "--output", paused)[0] == 0
+    assert call_main(main, "--resume", paused / "seed-3", "--max-updates", "12", "--quiet")[0] == 0
+    a, b = (load_checkpoint(run / "seed-3" / "last.pt")["trainer"]["algorithm"] for run in (straight, paused))
+    assert a["iteration"] == b["iteration"] == 12
+    for name in ("current", "average_policy"):
+        for key in a[name]:
+            assert torch.equal(a[name][key], b[name][key]), (name, key)
+    assert torch.equal(a["average"], b["average"])

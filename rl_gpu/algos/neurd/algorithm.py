@@ -79,6 +79,9 @@ class NeuRD:
         self.iteration = 0
         self.metric_names = (*STATS, "learning_rate", *COLLECTION_METRICS)
         self._terminals = tree.terminal.sum().double()
+        self.describe_shape = (f"full width over {tree.num_nodes:,} nodes and {tree.obs.shape[0]:,} information "
+                               "states")
+        """What the run's first log line says it iterates over (instead of N environments x T steps)."""
 
     @classmethod
     def from_setup(cls, setup: Setup, config: NeuRDConfig) -> NeuRD:
