@@ -69,8 +69,10 @@ class GameTree:
         inner, chance = starts
         device = chance.device
         count = chance.shape[0]
-        parent, action, reward = [torch.full((count,), -1, device=device)], [torch.full((count,), -1, device=device)], \
-            [torch.zeros(count, 2, dtype=torch.float64, device=device)]
+        # Per node: its parent and the action from it (-1 at the starts), each seat's reward on the way in.
+        parent = [torch.full((count,), -1, device=device)]
+        action = [torch.full((count,), -1, device=device)]
+        reward = [torch.zeros(count, 2, dtype=torch.float64, device=device)]
         decision_nodes, decision_obs, decision_mask, decision_player = [], [], [], []
         frontier, ids, depth = inner, torch.arange(count, device=device), 0
         levels = [ids]
