@@ -165,6 +165,29 @@ class GameTree:
         """``[S, A]`` float64: uniform over the legal actions."""
         return self.mask.double() / self.mask.sum(1, keepdim=True)
 
+    def _reach(self, probs: Tensor) -> tuple[Tensor, Tensor]:
+        """``(step [n], reach [n, 3])``: the probability of the move into each node (chance's at the starts), and
+        each node's reach by seat 0's own actions, seat 1's and chance."""
+        step = torch.where(self.parent >= 0, probs[self.mover_info, self.action.clamp(min=0)], self.chance)
+        column = torch.where(self.parent >= 0, self.mover, 2)
+        reach = torch.ones(self.num_nodes, 3, dtype=torch.float64, device=probs.device)
+        reach[self.levels[0], 2] = step[self.levels[0]]
+        for level in self.levels[1:]:
+            reach[level] = reach[self.parent[level]]
+            reach[level, column[level]] *= step[level]
+        return step, reach
+
+    def _own(self, reach: Tensor) -> Tensor:
+        own = torch.zeros(self.obs.shape[0], dtype=torch.float64, device=reach.device)
+        decisions = self.decisions
+        own[self.info[decisions]] = reach[decisions, self.player[self.info[decisions]]]
+        return own
+
+    def own_reach(self, probs: Tensor) -> Tensor:
+        """``[S]`` float64: the acting seat's own probability of reaching each information state under ``probs``
+        (a product of the policy's own probabilities alone: what averaging policies needs, without values)."""
+        return self._own(self._reach(probs)[1])
+
     def evaluate(self, probs: Tensor) -> TreeValues:
         """Exact values of the policy ``probs`` (``[S, A]`` float64, rows summing to 1 over the legal actions)
         played by both seats.
@@ -174,13 +197,7 @@ class GameTree:
         v_p(h a)), where p acts at I."""
         n = self.num_nodes
         up = self.parent.clamp(min=0)
-        step = torch.where(self.parent >= 0, probs[self.mover_info, self.action.clamp(min=0)], self.chance)
-        column = torch.where(self.parent >= 0, self.mover, 2)
-        reach = torch.ones(n, 3, dtype=torch.float64, device=probs.device)
-        reach[self.levels[0], 2] = step[self.levels[0]]
-        for level in self.levels[1:]:
-            reach[level] = reach[self.parent[level]]
-            reach[level, column[level]] *= step[level]
+        step, reach = self._reach(probs)
         after = torch.zeros(n, 2, dtype=torch.float64, device=probs.device)  # reward into h + value from h on
         for level in reversed(self.levels[1:]):
             after[level] += self.edge_reward[level]
@@ -191,9 +208,7 @@ class GameTree:
         q = torch.zeros_like(probs).index_put_((self.mover_info[moves], self.action[moves]),
                                                others * after[moves].gather(1, seat[:, None])[:, 0],
                                                accumulate=True)
-        own = torch.zeros(probs.shape[0], dtype=torch.float64, device=probs.device)
-        decisions = self.decisions
-        own[self.info[decisions]] = reach[decisions, self.player[self.info[decisions]]]
+        own = self._own(reach)
         starts = self.levels[0]
         value = (self.chance[starts, None] * after[starts]).sum(0)
         # Each terminal history's probability and seat 0's return along it.

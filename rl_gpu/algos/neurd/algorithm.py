@@ -126,27 +126,14 @@ class NeuRD:
     def iterate(self, *, phase: PhaseTimer = no_phase) -> dict[str, Tensor]:
         """One iteration: evaluate the policy over the whole tree, take NeuRD's step, add the iterate to the
         average and fit the average-policy network to it."""
-        tree, mask, cfg = self.tree, self.tree.mask, self.config
+        tree = self.tree
         with phase("evaluate"):
-            raw = self.current.actor(tree.obs).double()
-            pi = torch.softmax(raw.masked_fill(~mask, float("-inf")), dim=1).detach()
+            raw, pi = self.logits_and_policy()
             values = tree.evaluate(pi)
         with phase("update"):
-            self.iteration += 1
-            weight = float(self.iteration) if cfg.average == "linear" else 1.0
-            self.average += weight * values.own_reach[:, None] * pi
-            advantage = (values.q - (pi * values.q).sum(1, keepdim=True)) * mask
-            centred = ((raw - (pi * raw.masked_fill(~mask, 0.0)).sum(1, keepdim=True))).masked_fill(~mask, 0.0)
-            held = centred.detach()
-            beyond = (((held > cfg.logit_threshold) & (advantage > 0))
-                      | ((held < -cfg.logit_threshold) & (advantage < 0)))
-            policy_loss = -(advantage.masked_fill(beyond, 0.0) * centred).sum()
-            self.optimizer.zero_grad(set_to_none=True)
-            policy_loss.backward()
-            self.optimizer.step()
-            average_kl = self._fit_average()
+            policy_loss, average_kl = self.learn(raw, pi, values.q, values.own_reach)
         return {
-            "policy_loss": policy_loss.detach().float(),
+            "policy_loss": policy_loss.float(),
             "average_kl": average_kl,
             "game_value": values.value[0].float(),
             "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float32,
@@ -158,6 +145,33 @@ class NeuRD:
             "win_rate": values.win_rate.float(),
             "transitions": torch.tensor(float(tree.num_transitions), device=self.average.device),
         }
+
+    def logits_and_policy(self) -> tuple[Tensor, Tensor]:
+        """The iterate's logits at every information state (``[S, A]`` float64, differentiable) and its policy
+        (``[S, A]``, detached)."""
+        mask = self.tree.mask
+        raw = self.current.actor(self.tree.obs).double()
+        return raw, torch.softmax(raw.masked_fill(~mask, float("-inf")), dim=1).detach()
+
+    def learn(self, raw: Tensor, pi: Tensor, q: Tensor, own_reach: Tensor) -> tuple[Tensor, Tensor]:
+        """One NeuRD step from counterfactual values ``q`` (``[S, A]``: exact, or any unbiased estimate of them),
+        then the iterate ``pi`` (weighted by ``own_reach`` ``[S]``) into the average and the average-policy
+        network's fit; ``raw`` and ``pi`` as :meth:`logits_and_policy` returns them. Returns ``(policy loss,
+        average KL)`` as 0-dim tensors."""
+        mask, cfg = self.tree.mask, self.config
+        self.iteration += 1
+        weight = float(self.iteration) if cfg.average == "linear" else 1.0
+        self.average += weight * own_reach[:, None] * pi
+        advantage = (q - (pi * q).sum(1, keepdim=True)) * mask
+        centred = ((raw - (pi * raw.masked_fill(~mask, 0.0)).sum(1, keepdim=True))).masked_fill(~mask, 0.0)
+        held = centred.detach()
+        beyond = (((held > cfg.logit_threshold) & (advantage > 0))
+                  | ((held < -cfg.logit_threshold) & (advantage < 0)))
+        policy_loss = -(advantage.masked_fill(beyond, 0.0) * centred).sum()
+        self.optimizer.zero_grad(set_to_none=True)
+        policy_loss.backward()
+        self.optimizer.step()
+        return policy_loss.detach(), self._fit_average()
 
     def _fit_average(self) -> Tensor:
         """``average_steps`` Adam steps of the average-policy network on the cross-entropy to the average policy;
