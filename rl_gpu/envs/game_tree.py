@@ -128,9 +128,16 @@ class GameTree:
         self.chance = torch.zeros(n, dtype=torch.float64, device=device)
         self.chance[: chance.shape[0]] = chance.double()
         self.terminal = self.info < 0
-        self.depth = torch.zeros(n, dtype=torch.float64, device=device)
+        # Per terminal history (0 elsewhere), for the statistics of a policy's games: its length, and whether
+        # seat 0's return along it is positive.
+        depth = torch.zeros(n, dtype=torch.float64, device=device)
+        seat0_return = torch.zeros(n, dtype=torch.float64, device=device)
         for d, level in enumerate(self.levels):
-            self.depth[level] = float(d)
+            depth[level] = float(d)
+            if d:
+                seat0_return[level] = seat0_return[self.parent[level]] + self.edge_reward[level, 0]
+        self._end_length = depth * self.terminal
+        self._end_won = (self.terminal & (seat0_return > 0)).double()
         self._check_perfect_recall(name, num_actions)
 
     def _check_perfect_recall(self, name: str, num_actions: int) -> None:
@@ -211,12 +218,5 @@ class GameTree:
         own = self._own(reach)
         starts = self.levels[0]
         value = (self.chance[starts, None] * after[starts]).sum(0)
-        # Each terminal history's probability and seat 0's return along it.
-        path = reach.prod(1)
-        total = torch.zeros(n, dtype=torch.float64, device=probs.device)
-        for level in self.levels[1:]:
-            total[level] = total[self.parent[level]] + self.edge_reward[level, 0]
-        ends = self.terminal
-        win_rate = (path * (ends & (total > 0))).sum()
-        game_length = (path * ends * self.depth).sum()
-        return TreeValues(q, own, value, win_rate, game_length)
+        path = reach.prod(1)  # each history's probability
+        return TreeValues(q, own, value, (path * self._end_won).sum(), (path * self._end_length).sum())

@@ -216,6 +216,12 @@ class TrainConfig:
             if bad:
                 raise UsageError(f"{flag} does not apply to --algo neurd ({why}): drop it")
 
+    @property
+    def self_play_flag(self) -> str | None:
+        """The setting that makes this run self-play (``--self-play``: PPO's league; ``--algo neurd``: full
+        width), or None."""
+        return "--algo neurd" if self.algo == "neurd" else "--self-play" if self.self_play else None
+
     def algo_config(self):
         """The hyper-parameters of the chosen algorithm (the section named by ``algo``)."""
         return getattr(self, self.algo)

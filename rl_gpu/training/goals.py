@@ -90,8 +90,9 @@ class WinRateVsBaseline:
 
 @dataclass(frozen=True)
 class SelfPlayLeague(WinRateVsBaseline):
-    """Self-play, against a league (:mod:`rl_gpu.training.league`) or full width (NeuRD): beating the uniform-random player is no
-    measure of progress (its best response is itself exploitable), so no validation passes and the run trains
+    """Self-play, against a league (:mod:`rl_gpu.training.league`) or full width (NeuRD): beating the
+    uniform-random player is no measure of progress (its best response is itself exploitable), so no validation
+    passes and the run trains
     until its limit; validations still report the win rate against uniform random. Where the game has an exact
     exploitability the runner scores validations by it instead (lower is better)."""
 
@@ -100,16 +101,16 @@ class SelfPlayLeague(WinRateVsBaseline):
 
 
 def goal_for(spec: EnvSpec, env_id: str, solve_threshold: float | None, success_z: float,
-             budget: bool = False, self_play: bool = False, asked_by: str = "--self-play") -> Goal:
+             budget: bool = False, self_play_by: str | None = None) -> Goal:
     """The goal of a task: a win rate against the baseline for several players, else a return threshold.
 
     A single-player task needs ``solve_threshold`` unless the run has a step budget (``budget``): then success
-    is optional and, without a threshold, only the budget ends the run. ``self_play`` (two-player games only,
-    else a :class:`UsageError` naming ``asked_by``, the setting that asked for it): :class:`SelfPlayLeague`.
+    is optional and, without a threshold, only the budget ends the run. ``self_play_by``, the setting that makes
+    the run self-play (two-player games only, else a :class:`UsageError` naming it): :class:`SelfPlayLeague`.
     """
-    if self_play:
+    if self_play_by is not None:
         if spec.num_players != 2:
-            raise UsageError(f"{asked_by} needs a two-player game; {env_id} has {spec.num_players} "
+            raise UsageError(f"{self_play_by} needs a two-player game; {env_id} has {spec.num_players} "
                              f"player{'s' if spec.num_players != 1 else ''}")
         return SelfPlayLeague(success_z)
     if spec.num_players > 1:

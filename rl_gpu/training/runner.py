@@ -87,9 +87,7 @@ class Trainer(CheckpointMixin):
         torch.manual_seed(derive_seed(seed, "torch"))
         self.env: VecEnv = self.make_env(config.num_envs, derive_seed(seed, "train-env", rank()))
         self.goal = goal_for(self.env.spec, config.env, config.solve_threshold, config.success_z,
-                             budget=config.total_timesteps is not None,
-                             self_play=config.self_play or config.algo == "neurd",
-                             asked_by="--algo neurd" if config.algo == "neurd" else "--self-play")
+                             budget=config.total_timesteps is not None, self_play_by=config.self_play_flag)
         try:
             setup = Setup(
                 env=self.env, seed=ranks.algorithm_seed(seed), learning_rate=config.learning_rate,

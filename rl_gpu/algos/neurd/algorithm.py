@@ -79,6 +79,7 @@ class NeuRD:
         self.iteration = 0
         self.metric_names = (*STATS, "learning_rate", *COLLECTION_METRICS)
         self._terminals = tree.terminal.sum().double()
+        self._transitions = torch.tensor(float(tree.num_transitions), device=self.average.device)
         self.describe_shape = (f"full width over {tree.num_nodes:,} nodes and {tree.obs.shape[0]:,} information "
                                "states")
         """What the run's first log line says it iterates over (instead of N environments x T steps)."""
@@ -143,7 +144,7 @@ class NeuRD:
             "episode_return": values.value[0].float(),
             "episode_length": values.game_length.float(),
             "win_rate": values.win_rate.float(),
-            "transitions": torch.tensor(float(tree.num_transitions), device=self.average.device),
+            "transitions": self._transitions,
         }
 
     def logits_and_policy(self) -> tuple[Tensor, Tensor]:
