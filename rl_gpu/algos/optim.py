@@ -41,6 +41,51 @@ def clip_grad_norm(grads: list[Tensor], max_norm: float) -> Tensor:
     return norm
 
 
+def clip_grad_norms(groups: list[list[Tensor]], max_norm: float) -> Tensor:
+    """:func:`clip_grad_norm` of the gradients of every group of parameters (a population member's) at once,
+    each group by its own norm; returns the ``[G]`` norms before clipping. The groups hold the same number of
+    parameters, each with a gradient. The per-tensor norms and the scaling are :func:`clip_grad_norm`'s
+    operations, done once for all groups."""
+    flat = [p.grad for group in groups for p in group]
+    norms = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(flat)).view(len(groups), -1), dim=1)
+    scales = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(flat, [scale for scale, group in zip(scales.unbind(), groups) for _ in group])
+    return norms
+
+
+def fused_adam_ready(optimizer: torch.optim.Optimizer) -> bool:
+    """``optimizer`` is :func:`make_adam`'s CPU form (fused Adam, one group, plain Adam's options) and has taken a
+    step (its state exists), so :func:`fused_adam_steps` can step it."""
+    if not isinstance(optimizer, torch.optim.Adam) or len(optimizer.param_groups) != 1:
+        return False
+    group = optimizer.param_groups[0]
+    return (bool(group.get("fused")) and not group["amsgrad"] and not group["maximize"]
+            and not group.get("differentiable") and not group.get("decoupled_weight_decay")
+            and all(p.device.type == "cpu" and p.grad is not None and optimizer.state.get(p)
+                    for p in group["params"]))
+
+
+def fused_adam_steps(optimizers: list[torch.optim.Optimizer]) -> None:
+    """``optimizer.step()`` of each :func:`fused_adam_ready` optimiser (each with its own learning rate): the
+    same fused kernel on the same tensors, with the step counters of all advanced in one operation. For small
+    networks the Python around ``step()`` costs several times the kernel."""
+    steps, calls = [], []
+    for optimizer in optimizers:
+        group = optimizer.param_groups[0]
+        params = group["params"]
+        state = [optimizer.state[p] for p in params]
+        steps += [s["step"] for s in state]
+        calls.append((params, [p.grad for p in params], [s["exp_avg"] for s in state],
+                      [s["exp_avg_sq"] for s in state], [s["step"] for s in state], group))
+    torch._foreach_add_(steps, 1)
+    for params, grads, exp_avgs, exp_avg_sqs, step, group in calls:
+        beta1, beta2 = group["betas"]
+        with torch.no_grad():
+            torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], step, amsgrad=False, lr=group["lr"],
+                               beta1=float(beta1), beta2=float(beta2), weight_decay=group["weight_decay"],
+                               eps=group["eps"], maximize=False, grad_scale=None, found_inf=None)
+
+
 def clip_global_grad_norm(params: list[Tensor], max_norm: float) -> Tensor:
     """Average the gradients over every rank (a no-op in a single process), then clip them by their global
     norm; returns the norm before clipping. Averaging first makes every rank clip the same global gradient."""

@@ -80,10 +80,15 @@ class _TanhRational(_TanhBySigmoid):
         return _tanh_rational(x)
 
 
+def _batched(weight: Tensor) -> bool:
+    """``weight`` is one member's slice of stacked weights inside ``vmap`` (a population's update)."""
+    return torch._C._functorch.is_batchedtensor(weight)
+
+
 def _trained(weight: Tensor) -> bool:
     """``weight`` is on the autograd tape. Under ``vmap`` (a population's update) a stacked weight that is on the
     tape reports ``requires_grad`` False inside the vmapped function, so a batched weight counts as trained."""
-    return weight.requires_grad or torch._C._functorch.is_batchedtensor(weight)
+    return weight.requires_grad or _batched(weight)
 
 
 ONEDNN_FROM = 32768
@@ -215,7 +220,10 @@ def _linear_backward(needs: tuple[bool, ...], grad: Tensor, x: Tensor, weight: T
     grad_x = grad_w = grad_b = None
     stacked = weight.dim() == 3
     if needs[0]:
-        grad_x = grad.bmm(weight) if stacked else grad @ weight
+        if stacked and weight.shape[1] == 1:
+            grad_x = grad * weight  # [K, R, 1] x [K, 1, I]: a product of depth 1 is a broadcast multiply
+        else:
+            grad_x = grad.bmm(weight) if stacked else grad @ weight
     g = grad if stacked else grad.reshape(-1, grad.shape[-1])
     if needs[1]:
         rows = x if stacked else x.reshape(-1, x.shape[-1])
@@ -264,6 +272,10 @@ class _StackedLinear(_LinearNode):
 
     @staticmethod
     def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+        if weight.shape[1] <= NARROW_OUT:
+            # A head (O <= 4): the product with O result rows and R columns, transposed back, runs several
+            # times faster than the [R, O] one, whose few output columns this CPU's BLAS handles poorly.
+            return torch.baddbmm(bias.unsqueeze(2), weight, x.transpose(1, 2)).transpose(1, 2).contiguous()
         return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
 
 
@@ -274,10 +286,10 @@ class _StackedLinearTanh(_LinearTanhNode):
 
     @staticmethod
     def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-        if _onednn_applies(x[0], weight[0]):  # each member's layer as a lone run computes it
-            return torch.stack([_onednn_linear_tanh(x[k], weight[k], bias[k]) for k in range(x.shape[0])])
-        z = torch.baddbmm((2.0 * bias).unsqueeze(1), x, (2.0 * weight).transpose(1, 2))
-        return torch.sigmoid(z).mul_(2.0).sub_(1.0)
+        # One batched product starting from the bias, then tanh in place: oneDNN's fused Linear + tanh member by
+        # member (a lone run's form) needs a torch.stack of the outputs after it, which costs more than the
+        # fusion saves (benchmarks/README.md, section 20).
+        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2)).tanh_()
 
 
 class _NarrowLinear(_LinearNode):
@@ -312,12 +324,13 @@ NARROW_OUT = 4
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear``; on the CPU with gradients, for a layer with fewer inputs than outputs, through
     :class:`_Linear` (the other layers' weight gradient already has autograd's fast orientation, and the
-    Python autograd function costs tens of microseconds a call); compiled for the CPU, a layer with at most
-    ``NARROW_OUT`` outputs through :class:`_NarrowLinear`."""
+    Python autograd function costs tens of microseconds a call), and so is a head of at most ``NARROW_OUT``
+    outputs under a population's ``vmap`` (its stacked form takes the fast orientation of the forward too);
+    compiled for the CPU, a layer with at most ``NARROW_OUT`` outputs through :class:`_NarrowLinear`."""
     if bias is not None and x.device.type == "cpu" and torch.is_grad_enabled() and _trained(weight):
         if weight.shape[0] <= NARROW_OUT and _compiling_for_cpu(x):
             return _NarrowLinear.apply(x, weight, bias)
-        if weight.shape[1] < weight.shape[0]:
+        if weight.shape[1] < weight.shape[0] or (weight.shape[0] <= NARROW_OUT and _batched(weight)):
             return _Linear.apply(x, weight, bias)
     return F.linear(x, weight, bias)
 

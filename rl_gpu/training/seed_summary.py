@@ -70,6 +70,15 @@ def _statistics(scores: Sequence[float]) -> dict:
             "iqm_ci95": [lo, hi]}
 
 
+def _outcomes(summary: dict) -> str:
+    """How the seeds ended: the goal count, or, where every seed trained its whole budget without a success (a
+    self-play run has no goal to meet), that."""
+    n = summary["num_seeds"]
+    if not summary["successes"] and all(p["status"] == "budget_spent" for p in summary["seeds"]):
+        return f"all {n} seeds trained their whole budget"
+    return f"goal met by {summary['successes']}/{n} seeds"
+
+
 def describe(summary: dict) -> str:
     """A few lines for the log."""
     lines = [f"across {summary['num_seeds']} seeds ({summary['metric']}): " + ", ".join(
@@ -77,10 +86,9 @@ def describe(summary: dict) -> str:
     if "iqm" in summary:
         lo, hi = summary["iqm_ci95"]
         lines.append(f"  mean {summary['mean']:.4f}, median {summary['median']:.4f}, IQM {summary['iqm']:.4f} "
-                     f"[{lo:.4f}, {hi:.4f}] (95% bootstrap CI); goal met by {summary['successes']}/"
-                     f"{summary['num_seeds']} seeds")
+                     f"[{lo:.4f}, {hi:.4f}] (95% bootstrap CI); {_outcomes(summary)}")
     else:
-        lines.append(f"  no seed has a final evaluation; goal met by {summary['successes']}/{summary['num_seeds']}")
+        lines.append(f"  no seed has a final evaluation; {_outcomes(summary)}")
     measured = summary.get("exploitability")
     if measured:
         lo, hi = measured["iqm_ci95"]

@@ -111,6 +111,33 @@ def test_frozen_member_is_untouched_and_others_continue():
     assert max_param_diff(members[2].policy, lone.policy) < TOLERANCE
 
 
+def test_batched_clip_and_adam_step_equal_each_members_own_step_bit_for_bit(monkeypatch):
+    """With every member active and no KL stop, the population clips and steps all members at once
+    (``clip_grad_norms``, ``fused_adam_steps``): the same parameters, moments, step counters and norms, bit for
+    bit, as each member's own ``UpdateUnits.step`` on the same gradients, with a learning rate of its own."""
+    import rl_gpu.algos.population.ppo as population_ppo
+
+    config = PPOConfig(num_minibatches=4, update_epochs=2, max_grad_norm=0.05)  # small: the clip acts
+    runs = []
+    for batched in (True, False):
+        pop, members = population("CartPole-v1", (1, 2, 3), 8, config)
+        pop.set_hyper_parameters(1, {"learning_rate": 3e-3})
+        with monkeypatch.context() as patch:
+            if not batched:
+                patch.setattr(population_ppo, "fused_adam_ready", lambda optimizer: False)
+            metrics = [pop.iterate() for _ in range(2)]
+        runs.append((members, metrics))
+    (fast, fast_metrics), (slow, slow_metrics) = runs
+    for a, b in zip(fast, slow):
+        assert all(torch.equal(p, q) for p, q in zip(a.policy.parameters(), b.policy.parameters()))
+        for p, q in zip(a.policy.parameters(), b.policy.parameters()):
+            assert all(torch.equal(a.optimizer.state[p][n], b.optimizer.state[q][n])
+                       for n in ("exp_avg", "exp_avg_sq", "step"))
+    assert all(torch.equal(x["grad_norm"], y["grad_norm"]) for x, y in zip(fast_metrics, slow_metrics))
+    assert fast_metrics[-1]["grad_norm"].min() > config.max_grad_norm
+    assert fast[1].optimizer.param_groups[0]["lr"].item() == pytest.approx(3e-3)
+
+
 def test_population_refuses_mismatched_members():
     a = member("CartPole-v1", 1, 8, PPOConfig(num_minibatches=4))
     b = member("CartPole-v1", 2, 8, PPOConfig(num_minibatches=4, gamma=0.9))

@@ -354,14 +354,14 @@ def test_population_update_takes_the_fused_nodes_under_vmap() -> None:
             torch.testing.assert_close(params[name].grad[k], p.grad, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("fused", ["_Linear", "_LinearTanh"])
+@pytest.mark.parametrize(("fused", "out"), [("_Linear", 64), ("_LinearTanh", 64), ("_Linear", 2), ("_Linear", 1)])
 @pytest.mark.parametrize("dims", [(0, 0, 0), (1, None, None), (None, 0, 0), (2, 0, None)])
 @pytest.mark.parametrize("n", [6, 120])
-def test_stacked_vmap_rule_matches_each_member_alone(fused, dims, n):
+def test_stacked_vmap_rule_matches_each_member_alone(fused, out, dims, n):
     """The vmap rule of the fused linear nodes (every operand moved or expanded to a leading member dimension,
     then one batched node): outputs and gradients equal a loop over members of the plain form, whatever the
-    vmapped dimensions, for a [T, N, I] input, and under a vmap nested in another. With 600 rows a member
-    (n=120) the stacked tanh layer runs oneDNN's fused form member by member."""
+    vmapped dimensions, for a [T, N, I] input, and under a vmap nested in another; heads of 1 and 2 outputs
+    too (their stacked forward takes the transposed product, a 1-output input gradient a broadcast multiply)."""
     import rl_gpu.nn.layers as layers
 
     node = getattr(layers, fused)
@@ -370,10 +370,9 @@ def test_stacked_vmap_rule_matches_each_member_alone(fused, dims, n):
     k, g = 3, torch.Generator().manual_seed(7)
     x_dim, w_dim, b_dim = dims
     x = torch.randn(5, n, 4, generator=g)
-    assert (5 * n * 64 >= layers.ONEDNN_FROM) == (n == 120)
     x = x.unsqueeze(x_dim).expand(*x.shape[:x_dim], k, *x.shape[x_dim:]).clone() if x_dim is not None else x
-    w = torch.randn(k, 64, 4, generator=g) if w_dim is not None else torch.randn(64, 4, generator=g)
-    b = torch.randn(k, 64, generator=g) if b_dim is not None else torch.randn(64, generator=g)
+    w = torch.randn(k, out, 4, generator=g) if w_dim is not None else torch.randn(out, 4, generator=g)
+    b = torch.randn(k, out, generator=g) if b_dim is not None else torch.randn(out, generator=g)
     x = (x + 0.1 * torch.randn(x.shape, generator=g)).requires_grad_()
     w, b = w.requires_grad_(), b.requires_grad_()
     y = torch.func.vmap(node.apply, in_dims=dims)(x, w, b)

@@ -295,5 +295,9 @@ def test_the_seed_summary_aggregates_exploitability_where_every_seed_measured_it
     assert measured["iqm"] == pytest.approx(iqm(values)) and measured["iqm_ci95"] == list(bootstrap_ci(values))
     assert measured["median"] == pytest.approx(0.07)
     assert "exploitability of best.pt (chips per game): seed 0 0.0500" in describe(across)
+    # Self-play has no goal to meet: the seeds trained their budget, not "goal met by 0/5".
+    assert "all 5 seeds trained their whole budget" in describe(across) and "goal met" not in describe(across)
+    ended = [summary(0, 0.05), {**summary(1, 0.05), "status": "goal_not_met"}]
+    assert "goal met by 0/2 seeds" in describe(seed_summary(ended, multi_player=True))
     # A seed that measured none (stopped before its final evaluation): no aggregate of a part of the seeds.
     assert "exploitability" not in seed_summary([summary(0, 0.05), summary(1, None)], multi_player=True)

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.algos.base import COLLECTION_METRICS
+from rl_gpu.algos.optim import clip_grad_norms, fused_adam_ready, fused_adam_steps
 from rl_gpu.algos.population.stacked import StackedActor, StackedModules
 from rl_gpu.algos.ppo.algorithm import PPO, UPDATE_METRICS
 from rl_gpu.algos.ppo.loss import LOSS_STATS, explained_variance, ppo_loss
@@ -261,6 +262,21 @@ class PopulationPPO:
         loss, stats = ppo_loss(_Member, mb, config)
         return loss, torch.stack([stats[name].detach() for name in LOSS_STATS])
 
+    def _step(self, active: Sequence[bool], keep: Tensor | None) -> Tensor:
+        """Each active member's :meth:`UpdateUnits.step <rl_gpu.algos.ppo.update.UpdateUnits.step>` (clip by its
+        own gradient norm, its own Adam step, undone where ``keep`` is False); returns the ``[K]`` norms (0 for a
+        frozen member). With every member active, no KL stop and fused CPU Adam, the K clips and steps run as
+        one multi-tensor clip and one fused kernel per member (the same operations, without a Python
+        ``step()`` per member)."""
+        members = self.members
+        if keep is None and all(active) and all(fused_adam_ready(m.optimizer) for m in members):
+            norms = clip_grad_norms([m.units.params for m in members], self.config.max_grad_norm)
+            fused_adam_steps([m.optimizer for m in members])
+            return norms.float()
+        return torch.stack([
+            m.units.step(keep[i] if keep is not None else None).float() if on
+            else torch.zeros((), device=self.device) for i, (m, on) in enumerate(zip(members, active))])
+
     def update(self, rollout: Rollout, active: Sequence[bool]) -> dict[str, Tensor]:
         """One PPO update of every active member on its columns of ``rollout``; ``[K]`` metrics."""
         config, k, device = self.config, self.k, self.device
@@ -303,13 +319,8 @@ class PopulationPPO:
                 for p in params:
                     p.grad = None
                 loss.sum().backward()
-                norms = []
-                for i, m in enumerate(self.members):
-                    if active[i]:
-                        norms.append(m.units.step(keep[i] if keep is not None else None).float())
-                    else:
-                        norms.append(torch.zeros((), device=device))
-                row = torch.cat([loss.detach()[:, None], stats, torch.stack(norms)[:, None]], 1)
+                norms = self._step(active, keep)
+                row = torch.cat([loss.detach()[:, None], stats, norms[:, None]], 1)
                 applied = (keep if keep is not None else on).float()
                 totals = totals + applied[:, None] * row
                 count = count + applied
