@@ -12,6 +12,7 @@ each of the K lone runs in turn, then one population iteration.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -55,21 +56,23 @@ def main() -> None:
     for run in lone:
         run.iterate()
     population.iterate()
-    sequential = parallel = 0.0
+    rounds = []
     for _ in range(args.iterations):
         start = time.perf_counter()
         for run in lone:
             run.iterate()
-        sequential += time.perf_counter() - start
-        start = time.perf_counter()
+        middle = time.perf_counter()
         population.iterate()
-        parallel += time.perf_counter() - start
+        rounds.append((middle - start, time.perf_counter() - middle))
+    sequential, parallel = (sum(r[i] for r in rounds) for i in (0, 1))
 
     print(f"{ENV}: K={args.members} members x N={args.num_envs} rows x T={args.num_steps} steps, "
           f"{args.iterations} alternating timed rounds, torch threads: {torch.get_num_threads()}")
     print(f"  one after another: {transitions / sequential:10.0f} transitions/s ({sequential:.1f} s)")
     print(f"  population       : {transitions / parallel:10.0f} transitions/s ({parallel:.1f} s)")
-    print(f"  speed-up: {sequential / parallel:.2f}x")
+    per_round = sorted(a / b for a, b in rounds)
+    print(f"  speed-up: {sequential / parallel:.2f}x (by round: " + ", ".join(f"{r:.2f}x" for r in per_round)
+          + f"; median {statistics.median(per_round):.2f}x)")
 
 
 if __name__ == "__main__":

@@ -413,6 +413,25 @@ class MLP(nn.Sequential):
         return F.linear(s, a * w, b + c * w.sum(1))
 
 
+def stacked_mlp(layers: Sequence[nn.Module], params: Sequence[tuple[Tensor, Tensor]], x: Tensor) -> Tensor:
+    """K networks shaped like the MLP ``layers`` (``nn.Linear`` and elementwise activations) at once, without
+    the MLP's own parameters: ``x`` ``[K, R, I]`` -> ``[K, R, out]``, the i-th linear layer with ``params[i]`` =
+    (weight ``[K, out_i, in_i]``, bias ``[K, out_i]``) as one batched product per layer; the activations apply
+    to ``[K, R, H]`` as they do to ``[R, H]``, except that without gradients :class:`Tanh` is ``torch.tanh`` in
+    place on the product (as the stacked update's layers compute it, :class:`_StackedLinearTanh`)."""
+    i = 0
+    for layer in layers:
+        if type(layer) is nn.Linear:
+            weight, bias = params[i]
+            x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+            i += 1
+        elif type(layer) is Tanh and i > 0 and not torch.is_grad_enabled():  # on a product of this call
+            x = x.tanh_()
+        else:
+            x = layer(x)
+    return x
+
+
 def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, out_gain: float) -> MLP:
     """Tanh MLP with orthogonal initialisation; the last layer gets gain ``out_gain``."""
     layers: list[nn.Module] = []

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from rl_gpu.core.types import PolicyOutput
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.actor_critic import ActorCritic
+from rl_gpu.nn.layers import stacked_mlp
 
 MAX_BLOCKS = 256
 """Most blocks of rows: the finest split of a batch among the members."""
@@ -65,9 +66,9 @@ class StackedActors(nn.Module):
         self.rows_per_block = num_rows // num_blocks
         device = next(template.parameters()).device
         self.capacity = capacity
-        self.layers = [None if type(layer) is nn.Linear else layer for layer in template.actor]
-        """The template's layers, None for each linear one (the stacked buffers replace it); the others
-        (activations) apply elementwise to ``[K, N, H]`` as they do to ``[N, H]``."""
+        self.layers = list(template.actor)
+        """The template's layers: its linear ones are shapes only (the stacked buffers replace their parameters,
+        :func:`~rl_gpu.nn.layers.stacked_mlp`); the others (activations) apply elementwise."""
         self.linear_count = 0
         for layer in template.actor:
             if type(layer) is nn.Linear:
@@ -134,15 +135,9 @@ class StackedActors(nn.Module):
             scale = torch.rsqrt(var + self.epsilon).to(obs.dtype)[:, None, :]
             normalized = ((x - mean[:, None, :]) * scale).clamp(-self.clip, self.clip)
             x = torch.where((self.obs_count[member] > 0)[:, None, None], normalized, x)
-        i = 0
-        for layer in self.layers:
-            if layer is None:
-                weight, bias = getattr(self, f"weight_{i}")[member], getattr(self, f"bias_{i}")[member]
-                x = torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
-                i += 1
-            else:
-                x = layer(x)
-        return x.reshape(obs.shape[0], -1)
+        params = [(getattr(self, f"weight_{i}")[member], getattr(self, f"bias_{i}")[member])
+                  for i in range(self.linear_count)]
+        return stacked_mlp(self.layers, params, x).reshape(obs.shape[0], -1)
 
     def act(
         self,

@@ -46,6 +46,8 @@ CASES = {
     "cartpole": ("CartPole-v1", PPOConfig(num_minibatches=4, update_epochs=1), 16),
     # continuous actions with each member's own observation and reward normalisers.
     "pendulum-normalized": ("Pendulum-v1", PPOConfig(num_minibatches=4, update_epochs=1, norm_reward=True), 16),
+    # categorical members with observation and reward normalisers (collected outside vmap, normalised in it).
+    "cartpole-normalized": ("CartPole-v1", PPOConfig(num_minibatches=4, update_epochs=1, norm_reward=True), 16),
     # turn-based game: episodic collection, seats, opponent noise, weighted GAE and losses; the KL stop fires
     # after the first epoch, so the second epoch's steps are undone on the device (per member).
     "roulette-kl": ("RussianRoulette-v0", PPOConfig(num_minibatches=2, update_epochs=2, target_kl=1e-9), None),
@@ -61,6 +63,8 @@ def test_member_equals_its_lone_run(case):
     seeds, n, iterations = (1, 2, 3), rows[0] if rows else 8, 2
     normalize = config.norm_reward
     pop, members = population(env_id, seeds, n, config, num_steps, normalize)
+    # Categorical members collect through stacked_mlp outside vmap, Gaussian ones through vmap.
+    assert pop.actor.direct == (not members[0].policy.is_continuous)
     lone = [member(env_id, s, n, config, num_steps, normalize) for s in seeds]
     for _ in range(iterations):
         metrics = pop.iterate()

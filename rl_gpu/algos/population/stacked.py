@@ -21,6 +21,9 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from rl_gpu.core.types import PolicyOutput
+from rl_gpu.nn.actor_critic import ActorCritic
+from rl_gpu.nn.distributions import categorical_act
+from rl_gpu.nn.layers import MLP, stacked_mlp
 
 
 class _MethodCall(nn.Module):
@@ -98,12 +101,34 @@ class StackedActor:
 
     def __init__(self, stacked: StackedModules) -> None:
         self.stacked = stacked
-        self.is_continuous = stacked.members[0].is_continuous
+        template = stacked.members[0]
+        self.is_continuous = template.is_continuous
+        self.direct = (isinstance(template, ActorCritic) and not template.critic_obs_dim
+                       and all(isinstance(net, MLP) for net in (template.actor, template.critic)))
+        """Members are categorical actor-critics of two MLPs (no privileged critic input): their networks run as
+        :func:`~rl_gpu.nn.layers.stacked_mlp` calls on the stacked weights and the sampling on all rows at once,
+        outside ``vmap`` (whose batching rule for each linear layer costs a bias pass of its own)."""
         self.state: dict[str, Tensor] = {}
+        self.params: dict[str, list[tuple[Tensor, Tensor]]] = {}
         self.refresh()
 
     def refresh(self) -> None:
         self.state = self.stacked.stack(grad=False)
+        if self.direct:
+            template = self.stacked.members[0]
+            self.params = {name: [(self.state[f"module.{name}.{i}.weight"], self.state[f"module.{name}.{i}.bias"])
+                                  for i, layer in enumerate(getattr(template, name)) if type(layer) is nn.Linear]
+                           for name in ("actor", "critic")}
+
+    def _network(self, name: str, x: Tensor) -> Tensor:
+        """``[K, N, out]``: every member's ``actor`` or ``critic`` on its ``[K, N, O]`` preprocessed rows."""
+        return stacked_mlp(list(getattr(self.stacked.members[0], name)), self.params[name], x)
+
+    def _preprocess(self, obs: Tensor) -> Tensor:
+        k = len(self.stacked)
+        if self.stacked.members[0].obs_rms is None:
+            return _split(obs, k)
+        return self.stacked.call(self.state, "preprocess", _split(obs, k))
 
     def act(self, obs: Tensor, action_mask: Tensor | None = None, generator: torch.Generator | None = None,
             deterministic: bool = False, noise: Tensor | None = None,
@@ -111,11 +136,18 @@ class StackedActor:
         if generator is not None:
             raise ValueError("a stacked population acts from pre-drawn noise (one stream per member), not from "
                              "one generator")
+        if self.direct:  # ActorCritic.act, every member's rows at once
+            x = self._preprocess(obs)
+            logits = _merge(self._network("actor", x))
+            value = _merge(self._network("critic", x)).squeeze(-1)
+            return PolicyOutput(*categorical_act(logits, action_mask, None, deterministic, noise), value)
         k = len(self.stacked)
         out = self.stacked.call(self.state, "act", _split(obs, k), _split(action_mask, k), None, deterministic,
                                 _split(noise, k), _split(critic_obs, k))
         return PolicyOutput(*(_merge(x) for x in out))
 
     def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
+        if self.direct:
+            return _merge(self._network("critic", self._preprocess(obs))).squeeze(-1)
         k = len(self.stacked)
         return _merge(self.stacked.call(self.state, "value", _split(obs, k), _split(critic_obs, k)))
