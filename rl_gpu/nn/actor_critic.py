@@ -142,7 +142,14 @@ class ActorCritic(_ActorCriticBase):
     ) -> PolicyOutput:
         """Choose one legal action per row: sampled (from ``noise``, ``[N, A]`` uniform, when given), or the most
         probable legal one if ``deterministic``."""
-        logits, value = self._heads(obs, critic_obs)
+        return self.act_from(*self._heads(obs, critic_obs), action_mask, generator, deterministic, noise)
+
+    def act_from(
+        self, logits: Tensor, value: Tensor, action_mask: Tensor | None = None,
+        generator: torch.Generator | None = None, deterministic: bool = False, noise: Tensor | None = None,
+    ) -> PolicyOutput:
+        """:meth:`act` after the networks, from their outputs (``[..., A]`` logits, ``[...]`` values): what a
+        population that runs its members' networks itself samples with."""
         return PolicyOutput(*D.categorical_act(logits, action_mask, generator, deterministic, noise), value)
 
     def evaluate(
@@ -201,9 +208,19 @@ class GaussianActorCritic(_ActorCriticBase):
     ) -> PolicyOutput:
         """Sample an action (from ``noise``, ``[N, D]`` standard normal, when given), or take the mean if
         ``deterministic``; ``action_mask`` is ignored."""
-        mean, value = self._heads(obs, critic_obs)
-        action = mean if deterministic else D.gaussian_sample(mean, self.log_std, generator, noise)
-        return PolicyOutput(action, D.gaussian_log_prob(mean, self.log_std, action), value)
+        return self.act_from(*self._heads(obs, critic_obs), action_mask, generator, deterministic, noise)
+
+    def act_from(
+        self, mean: Tensor, value: Tensor, action_mask: Tensor | None = None,
+        generator: torch.Generator | None = None, deterministic: bool = False, noise: Tensor | None = None,
+        log_std: Tensor | None = None,
+    ) -> PolicyOutput:
+        """:meth:`act` after the networks, from their outputs (``[..., D]`` mean, ``[...]`` values), with
+        ``log_std`` (broadcast to ``mean``) in place of this policy's own when given: what a population that
+        runs its members' networks itself samples with."""
+        log_std = self.log_std if log_std is None else log_std
+        action = mean if deterministic else D.gaussian_sample(mean, log_std, generator, noise)
+        return PolicyOutput(action, D.gaussian_log_prob(mean, log_std, action), value)
 
     def evaluate(
         self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, critic_obs: Tensor | None = None

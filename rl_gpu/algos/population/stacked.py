@@ -21,8 +21,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
 from rl_gpu.core.types import PolicyOutput
-from rl_gpu.nn.actor_critic import ActorCritic
-from rl_gpu.nn.distributions import categorical_act
+from rl_gpu.nn.actor_critic import ActorCritic, GaussianActorCritic
 from rl_gpu.nn.layers import MLP, stacked_mlp
 
 
@@ -103,11 +102,12 @@ class StackedActor:
         self.stacked = stacked
         template = stacked.members[0]
         self.is_continuous = template.is_continuous
-        self.direct = (isinstance(template, ActorCritic) and not template.critic_obs_dim
+        self.direct = (isinstance(template, (ActorCritic, GaussianActorCritic)) and not template.critic_obs_dim
                        and all(isinstance(net, MLP) for net in (template.actor, template.critic)))
-        """Members are categorical actor-critics of two MLPs (no privileged critic input): their networks run as
-        :func:`~rl_gpu.nn.layers.stacked_mlp` calls on the stacked weights and the sampling on all rows at once,
-        outside ``vmap`` (whose batching rule for each linear layer costs a bias pass of its own)."""
+        """Members are actor-critics of two MLPs (no privileged critic input): their networks run as
+        :func:`~rl_gpu.nn.layers.stacked_mlp` calls on the stacked weights and the sampling on all members' rows
+        at once (``act_from``), outside ``vmap`` (whose batching rule for each linear layer costs a bias pass of
+        its own)."""
         self.state: dict[str, Tensor] = {}
         self.params: dict[str, list[tuple[Tensor, Tensor]]] = {}
         self.refresh()
@@ -136,12 +136,15 @@ class StackedActor:
         if generator is not None:
             raise ValueError("a stacked population acts from pre-drawn noise (one stream per member), not from "
                              "one generator")
-        if self.direct:  # ActorCritic.act, every member's rows at once
-            x = self._preprocess(obs)
-            logits = _merge(self._network("actor", x))
-            value = _merge(self._network("critic", x)).squeeze(-1)
-            return PolicyOutput(*categorical_act(logits, action_mask, None, deterministic, noise), value)
         k = len(self.stacked)
+        if self.direct:  # the members' act, every member's rows at once
+            x = self._preprocess(obs)
+            out, value = self._network("actor", x), self._network("critic", x).squeeze(-1)
+            template = self.stacked.members[0]
+            extra = {"log_std": self.state["module.log_std"].unsqueeze(1)} if self.is_continuous else {}
+            result = template.act_from(out, value, _split(action_mask, k), None, deterministic, _split(noise, k),
+                                       **extra)
+            return PolicyOutput(*(_merge(t) for t in result))
         out = self.stacked.call(self.state, "act", _split(obs, k), _split(action_mask, k), None, deterministic,
                                 _split(noise, k), _split(critic_obs, k))
         return PolicyOutput(*(_merge(x) for x in out))
