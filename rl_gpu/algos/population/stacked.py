@@ -108,6 +108,7 @@ class StackedActor:
         :func:`~rl_gpu.nn.layers.stacked_mlp` calls on the stacked weights and the sampling on all members' rows
         at once (``act_from``), outside ``vmap`` (whose batching rule for each linear layer costs a bias pass of
         its own)."""
+        self.layers = {name: list(getattr(template, name)) for name in ("actor", "critic")} if self.direct else {}
         self.state: dict[str, Tensor] = {}
         self.params: dict[str, list[tuple[Tensor, Tensor]]] = {}
         self.refresh()
@@ -122,7 +123,7 @@ class StackedActor:
 
     def _network(self, name: str, x: Tensor) -> Tensor:
         """``[K, N, out]``: every member's ``actor`` or ``critic`` on its ``[K, N, O]`` preprocessed rows."""
-        return stacked_mlp(list(getattr(self.stacked.members[0], name)), self.params[name], x)
+        return stacked_mlp(self.layers[name], self.params[name], x)
 
     def _preprocess(self, obs: Tensor) -> Tensor:
         k = len(self.stacked)
