@@ -7,11 +7,20 @@ Both sides run the same members (same seeds, same hyper-parameters: the CartPole
 minibatches, 4 epochs), eagerly, on one CPU thread; each side runs one warm-up iteration, then ``--iterations``
 timed rounds alternate between the sides (so a change in the machine's load falls on both): one iteration of
 each of the K lone runs in turn, then one population iteration.
+
+Then what batching can give on this machine: a lone run's iteration at N rows (``T_N``) against the same run at
+1 row (``T_1``: the same calls, Python and dispatch, with almost no arithmetic), alternately. A population
+removes per-call cost; the work that grows with the rows, ``T_N - T_1`` (the products and the passes over the
+activations), it still does K times, and its batched products run at a lone run's rate (benchmarks/README.md,
+section 21). Removing all per-call cost while doing the per-row work at a lone run's rate gives
+``T_N / (T_N - T_1)``: an estimate (both times move with the host), not a strict bound, since some per-row work is
+a little cheaper in one large call.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -24,8 +33,11 @@ from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.envs.registry import make
 from rl_gpu.runtime.allocator import keep_freed_host_memory
+from selfplay_dynamics import bounded_int
 
 ENV = "CartPole-v1"
+MINIBATCHES = 16
+"""The CartPole preset's minibatches per epoch."""
 
 
 def member(seed: int, num_envs: int, num_steps: int, config: PPOConfig) -> PPO:
@@ -38,14 +50,21 @@ def member(seed: int, num_envs: int, num_steps: int, config: PPOConfig) -> PPO:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--members", type=int, default=16, help="K")
-    parser.add_argument("--num-envs", type=int, default=256, help="N, rows per member")
-    parser.add_argument("--num-steps", type=int, default=128, help="T")
-    parser.add_argument("--iterations", type=int, default=2, help="timed rounds (after one warm-up)")
+    parser.add_argument("--members", type=bounded_int(1, 1024), default=16, help="K")
+    parser.add_argument("--num-envs", type=bounded_int(1, 1 << 20), default=256, help="N, rows per member")
+    parser.add_argument("--num-steps", type=bounded_int(MINIBATCHES, 1 << 16), default=128,
+                        help=f"T, a multiple of {MINIBATCHES} (the minibatches, also at the estimate's 1 row)")
+    parser.add_argument("--iterations", type=bounded_int(1, 1000), default=2, help="timed rounds (after one warm-up)")
+    parser.add_argument("--threads", type=bounded_int(1, 4 * (os.cpu_count() or 1)), default=1,
+                        help="torch threads, both sides")
+    parser.add_argument("--per-call-rounds", type=bounded_int(0, 1000), default=5,
+                        help="alternating lone iterations at N and at 1 row for the per-call estimate (0: skip it)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    if args.num_steps % MINIBATCHES:
+        parser.error(f"--num-steps must be a multiple of {MINIBATCHES}, got {args.num_steps}")
+    torch.set_num_threads(args.threads)
     keep_freed_host_memory()  # as rl-gpu train and bench do
-    config = PPOConfig(num_minibatches=16, update_epochs=4, ent_coef=0.01)
+    config = PPOConfig(num_minibatches=MINIBATCHES, update_epochs=4, ent_coef=0.01)
     seeds = range(1, args.members + 1)
     transitions = args.members * args.num_envs * args.num_steps * args.iterations
 
@@ -73,6 +92,47 @@ def main() -> None:
     per_round = sorted(a / b for a, b in rounds)
     print(f"  speed-up: {sequential / parallel:.2f}x (by round: " + ", ".join(f"{r:.2f}x" for r in per_round)
           + f"; median {statistics.median(per_round):.2f}x)")
+    if args.per_call_rounds:
+        per_call_estimate(args.num_envs, args.num_steps, config, args.per_call_rounds)
+        product_rates(args.members, args.num_envs * args.num_steps // config.num_minibatches)
+
+
+def per_call_estimate(num_envs: int, num_steps: int, config: PPOConfig, rounds: int) -> None:
+    """Print ``T_N``, ``T_1`` and ``T_N / (T_N - T_1)`` (module docstring), medians of ``rounds``
+    alternating iterations of member 1 at N rows and at 1 row, after one warm-up each."""
+    runs = {n: member(1, n, num_steps, config) for n in (num_envs, 1)}
+    times: dict[int, list[float]] = {n: [] for n in runs}
+    for i in range(rounds + 1):
+        for n, run in runs.items():
+            start = time.perf_counter()
+            run.iterate()
+            if i:
+                times[n].append(time.perf_counter() - start)
+    full, calls = (statistics.median(times[n]) for n in (num_envs, 1))
+    rows = full - calls
+    print(f"  per-call cost: a lone iteration takes {full * 1e3:.0f} ms at N={num_envs} and {calls * 1e3:.0f} ms at "
+          f"N=1 (median of {rounds}); without any per-call cost and with the per-row work at a lone run's rate, "
+          + (f"K runs together would be {full / rows:.2f}x faster than one after another"
+             if rows > 0 else "the rows cost nothing measurable here"))
+
+
+
+def product_rates(members: int, rows: int, width: int = 64, repeats: int = 50) -> None:
+    """Print the rate of a minibatch's hidden-layer product, ``[rows, width] x [width, width]``, as a lone run
+    takes it (``mm``) and as the population takes it for all members (``bmm``), in GFLOP/s."""
+    x, w = torch.randn(members, rows, width), torch.randn(members, width, width)
+
+    def rate(product) -> float:
+        product()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            product()
+        return repeats * members * 2 * rows * width * width / (time.perf_counter() - start) / 1e9
+
+    lone = rate(lambda: [x[k] @ w[k] for k in range(members)])
+    batched = rate(lambda: torch.bmm(x, w))
+    print(f"  a hidden layer's product, [{rows}, {width}] x [{width}, {width}]: {lone:.0f} GFLOP/s one member at a "
+          f"time, {batched:.0f} GFLOP/s as one batched product of {members}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,12 @@
 """Populations: member k of a population equals seed k run alone (rollouts exactly, parameters to rounding),
-frozen members stay untouched, and PBT's exploit-and-explore on hand-made cases."""
+frozen members stay untouched, PBT's exploit-and-explore on hand-made cases, and benchmarks/population.py runs."""
 
 import math
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -227,3 +231,19 @@ def test_pbt_round_copies_weights_and_optimizer_state_and_sets_hyper_parameters(
     assert pbt.lineage["rounds"][-1]["exploits"][0]["source"] == 2
     out = pop.iterate()  # per-member coefficients inside the vmapped loss
     assert all(torch.isfinite(v).all() for v in out.values())
+
+
+def test_the_population_benchmark_runs_and_refuses_bad_sizes():
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "population.py"
+
+    def run(*args):
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120,
+                              check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    out = run("--members", "2", "--num-envs", "4", "--num-steps", "16", "--iterations", "1",
+              "--per-call-rounds", "1")
+    assert out.returncode == 0, out.stderr
+    assert "speed-up:" in out.stdout and "at N=1" in out.stdout
+    assert "[4, 64] x [64, 64]" in out.stdout and "as one batched product of 2" in out.stdout
+    bad = run("--num-steps", "20")
+    assert bad.returncode == 2 and "--num-steps must be a multiple of 16, got 20" in bad.stderr
