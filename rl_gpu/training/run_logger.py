@@ -153,6 +153,9 @@ class RunLogger:
     Args:
         run_dir: the run directory; ``metrics.jsonl`` and ``tb/`` go there.
         total_updates: the update budget, for the progress bar and the ETA (None: no bar, no ETA).
+        total_steps: a budget in environment steps instead (``--total-timesteps``): the bar and the ETA then
+            follow the steps, since the number of updates it takes is not known in advance (an update of a
+            turn-based game counts only its live transitions, fewer than its N x T slots).
         label: prefix of plain lines and title of the live view, e.g. ``"seed 11"``.
         headline: scalars shown as recent means in the progress view (``episode_return``: "return",
             ``train_win_rate``: "win"); absent ones are skipped.
@@ -176,6 +179,7 @@ class RunLogger:
         run_dir: str | Path,
         *,
         total_updates: int | None = None,
+        total_steps: int | None = None,
         label: str = "",
         headline: Sequence[str] = ("episode_return", "train_win_rate"),
         log_every: int = 1,
@@ -192,8 +196,11 @@ class RunLogger:
             raise ValueError(f"display must be one of {DISPLAYS}, got {display!r}")
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every <= 0:
             raise ValueError(f"log_every must be a positive int, got {log_every!r}")
+        if total_updates is not None and total_steps is not None:
+            raise ValueError("give total_updates or total_steps, not both")
         self.run_dir = Path(run_dir)
         self.total_updates = total_updates
+        self.total_steps = total_steps
         self.label = label
         self.headline = tuple(headline)
         self.log_every = log_every
@@ -206,6 +213,7 @@ class RunLogger:
         self._phase_totals: dict[str, float] = collections.defaultdict(float)
         self._marks: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=RECENT + 1)
         self._marks.append((start_time, start_update, start_step))
+        self._start_step = start_step
         self._recent: dict[str, collections.deque[float]] = {
             key: collections.deque(maxlen=RECENT) for key in headline
         }
@@ -249,12 +257,12 @@ class RunLogger:
         console = Console(file=self.stream, force_terminal=True)
         self._progress = TrainProgress(
             TextColumn("[bold]{task.description}"), BarColumn(bar_width=30), MofNCompleteColumn(),
-            TextColumn("updates, elapsed"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=console, refresh_per_second=4,
+            TextColumn(("steps" if self.total_steps else "updates") + ", elapsed"), TimeElapsedColumn(),
+            TextColumn("ETA"), TimeRemainingColumn(), console=console, refresh_per_second=4,
         )
         self._progress.start()
-        self._task = self._progress.add_task(self.label or "train", total=self.total_updates,
-                                             completed=self._last_update)
+        self._task = self._progress.add_task(self.label or "train", total=self.total_steps or self.total_updates,
+                                             completed=self._start_step if self.total_steps else self._last_update)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -388,7 +396,9 @@ class RunLogger:
         if self._validation:
             headline.append(self._validation)
         eta = ""
-        if self.total_updates and last_update > first_update:
+        if self.total_steps and last_step > first_step:
+            eta = _duration(max(self.total_steps - last_step, 0) / rate)
+        elif self.total_updates and last_update > first_update:
             per_update = (last_time - first_time) / (last_update - first_update)
             eta = _duration(per_update * max(self.total_updates - last_update, 0))
         return {"rate": f"{rate:,.0f} steps/s", "split": split, "headline": "  ".join(headline), "eta": eta}
@@ -403,12 +413,13 @@ class RunLogger:
 
             line = "  ".join(summary[k] for k in ("rate", "split", "headline") if summary[k])
             self._progress.stats = Text("  " + line, overflow="ellipsis", no_wrap=True)
-            self._progress.update(self._task, completed=update)
+            self._progress.update(self._task, completed=int(record["global_step"]) if self.total_steps else update)
             return
         if update % self.log_every and update != 1:
             return
         total = f"/{self.total_updates}" if self.total_updates else ""
-        parts = [f"update {update:5d}{total}", f"steps {int(record['global_step']):>11,}", summary["rate"]]
+        steps = f"steps {int(record['global_step']):>11,}" + (f"/{self.total_steps:,}" if self.total_steps else "")
+        parts = [f"update {update:5d}{total}", steps, summary["rate"]]
         if summary["split"]:
             parts.append(summary["split"])
         if summary["headline"]:

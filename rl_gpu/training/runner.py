@@ -314,7 +314,7 @@ class Trainer(CheckpointMixin):
             return ranks.QuietLogger()  # type: ignore[return-value]
         return RunLogger(
             self.run_dir, label=f"seed {self.seed}",
-            total_updates=-(-cfg.total_timesteps // self.step_bound) if cfg.total_timesteps else cfg.max_updates,
+            total_updates=None if cfg.total_timesteps else cfg.max_updates, total_steps=cfg.total_timesteps,
             headline=(self.goal.headline,), log_every=cfg.log_every, display=self.display, quiet=cfg.quiet,
             device=self.device, start_update=self.update, start_step=self.global_step,
             start_time=self.train_seconds,

@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -214,6 +215,10 @@ def test_the_schedule_counts_the_steps_a_turn_based_game_takes(tmp_path):
     taken = [0] + [sum(r["transitions"] for r in lines[:k]) for k in range(1, len(lines))]
     assert [r["learning_rate"] for r in lines] == pytest.approx([0.002 * (1 - t / budget) for t in taken], rel=1e-6)
     assert lines[-1]["learning_rate"] > 0 and taken[-1] < budget <= taken[-1] + lines[-1]["transitions"]
+    # Nor are the updates it takes known in advance: the progress lines count the steps against the budget.
+    progress = [line for line in out.splitlines() if "] update " in line]
+    assert progress and all(f"/{budget:,}  " in line and "update /" not in line for line in progress), progress
+    assert not any(re.search(r"update +[0-9]+/", line) for line in progress), progress
 
 
 def test_multi_seed_summary_and_a_stopped_multi_seed_run(tmp_path, monkeypatch):

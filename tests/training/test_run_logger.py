@@ -211,3 +211,30 @@ def test_rates_follow_the_lines_own_times_when_many_are_logged_at_once(tmp_path)
     assert record["steps_per_second"] == pytest.approx(100 / 0.01)
     line = stream.getvalue().splitlines()[-1]
     assert "10,000 steps/s" in line and "ETA 0:00:00" not in line and "ETA 0:00:01" in line, line
+
+
+def test_a_step_budget_shows_progress_and_eta_in_steps(tmp_path):
+    # A turn-based game's update counts only live transitions, so the updates a step budget takes are not known
+    # in advance: the line shows the steps against the budget, and the ETA follows the step rate.
+    stream = io.StringIO()
+    with RunLogger(tmp_path, total_steps=10_000, stream=stream, tensorboard=False) as logger:
+        for update in range(1, 5):
+            logger.log_update(update, 1_000 * update, {"time": float(update)})  # 1,000 steps/s
+    line = stream.getvalue().splitlines()[-1]
+    assert "update     4  " in line and "steps       4,000/10,000" in line, line
+    assert "1,000 steps/s" in line and "ETA 0:00:06" in line, line
+    with pytest.raises(ValueError, match="total_updates or total_steps"):
+        RunLogger("unused", total_updates=4, total_steps=100)
+
+
+def test_the_live_view_of_a_step_budget_counts_steps(tmp_path):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    with RunLogger(tmp_path, total_steps=4_000, label="seed 7", stream=stream, tensorboard=False) as logger:
+        for update in range(1, 3):
+            logger.log_update(update, 1_000 * update, {"time": float(update)})
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", stream.getvalue())
+    assert "2000/4000" in text and "steps, elapsed" in text, text
