@@ -24,7 +24,7 @@ from typing import Annotated, Literal, Sequence
 import torch
 import tyro
 
-from rl_gpu.cli.parsing import fail, parse
+from rl_gpu.cli.parsing import fail, flag_as_positional, parse
 from rl_gpu.core.device import check_threads
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name
 from rl_gpu.runtime.allocator import keep_freed_host_memory
@@ -44,8 +44,8 @@ NUM_ENVS_HINT = "(default: the run's --num-envs, at most the episodes)"
 class EvaluateConfig:
     """Evaluate a checkpoint against the environment's opponent (turn-based games) or for return."""
 
-    checkpoint: Path
-    """checkpoint file written by `rl-gpu train` (best.pt or last.pt)"""
+    checkpoint: tyro.conf.Positional[Path]
+    """checkpoint file written by `rl-gpu train` (best.pt or last.pt); also taken as --checkpoint PATH"""
     episodes: Annotated[int | None, tyro.conf.arg(help_behavior_hint=EPISODES_HINT)] = None
     """episodes to play"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -144,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rl_gpu.runtime.files import atomic_write_json, check_writable
     from rl_gpu.training.evaluation import evaluate_policy
 
-    config = parse(EvaluateConfig, PROG, argv, description=EvaluateConfig.__doc__)
+    config = parse(EvaluateConfig, PROG, flag_as_positional(argv, "--checkpoint", PROG),
+                   description=EvaluateConfig.__doc__)
     try:
         check_threads(config.threads)
     except UsageError as e:

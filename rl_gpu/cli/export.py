@@ -11,7 +11,7 @@ from typing import Literal
 import torch
 import tyro
 
-from rl_gpu.cli.parsing import fail, parse
+from rl_gpu.cli.parsing import fail, flag_as_positional, parse
 from rl_gpu.envs.registry import make
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
@@ -28,7 +28,7 @@ class ExportConfig:
     """Export a checkpoint's policy as a deployable model: observations -> deterministic action."""
 
     checkpoint: tyro.conf.Positional[Path]
-    """checkpoint file written by `rl-gpu train` (best.pt or last.pt)"""
+    """checkpoint file written by `rl-gpu train` (best.pt or last.pt); also taken as --checkpoint PATH"""
     output: Path
     """file to write"""
     format: Literal["onnx", "torchscript"] | None = None
@@ -93,7 +93,8 @@ def quantized(policy: torch.nn.Module, model: bytes, float_model: DeterministicP
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags and export; exit 2 with a one-line error for a bad checkpoint or missing packages."""
-    config = parse(ExportConfig, PROG, argv, description=ExportConfig.__doc__)
+    config = parse(ExportConfig, PROG, flag_as_positional(argv, "--checkpoint", PROG),
+                   description=ExportConfig.__doc__)
     bounds: dict = {}
     report: list[str] = []
     try:

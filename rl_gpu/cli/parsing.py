@@ -107,6 +107,37 @@ def quiet_broken_pipe(main: Callable[..., int]) -> Callable[..., int]:
     return wrapped
 
 
+def flag_as_positional(argv: Sequence[str] | None, flag: str, prog: str) -> list[str]:
+    """``argv`` (None: this process's arguments) with ``flag VALUE`` and ``flag=VALUE`` written as the positional
+    ``VALUE``: what lets a command whose argument is positional (``rl-gpu evaluate RUN/best.pt``) also take it as
+    a flag. A value that starts with ``-`` goes after ``--``, where it cannot be read as a flag; ``flag`` with no
+    value (last, or followed by another ``--`` option) exits 2 saying so."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    out: list[str] = []
+    dashed: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out.extend(args[i:])
+            break
+        value = None
+        if arg == flag:
+            if i + 1 == len(args) or args[i + 1].startswith("--"):
+                fail(prog, f"{flag} needs a value")
+            value, i = args[i + 1], i + 2
+        elif arg.startswith(flag + "="):
+            value, i = arg[len(flag) + 1:], i + 1
+        else:
+            out.append(arg)
+            i += 1
+            continue
+        (dashed if value.startswith("-") else out).append(value)
+    if dashed:
+        out.extend(["--", *dashed] if "--" not in out else dashed)
+    return out
+
+
 def parse(cls: Callable[..., T], prog: str, args: Sequence[str] | None, default: T | None = None,
           description: str | None = None) -> T:
     """Parse ``args`` into ``cls`` with tyro. ``--help`` prints and exits 0; any bad flag or value, and any

@@ -83,3 +83,16 @@ def test_unusable_policies_are_refused(tmp_path, capsys):
     assert "NaN or infinite values (critic.0.weight)" in _error(capsys, "--checkpoint", str(nan))
     three = _checkpoint(tmp_path / "three.pt", policy=ActorCritic(obs_dim=4, num_actions=3, hidden_sizes=(8,)))
     assert "chooses among 3 actions, CartPole-v1 takes 2" in _error(capsys, "--checkpoint", str(three))
+
+
+def test_the_checkpoint_is_positional_or_a_flag(tmp_path, capsys):
+    # `rl-gpu export` and `rl-gpu plot` take their paths positionally; evaluate does too, and keeps --checkpoint.
+    ckpt = _checkpoint(tmp_path / "best.pt")
+    spellings = ([str(ckpt)], ["--checkpoint", str(ckpt)], [f"--checkpoint={ckpt}"])
+    outs = [_evaluate(capsys, *args, "--episodes", "3") for args in spellings]
+    assert all("3 episodes" in out for out in outs) and outs[0] == outs[1] == outs[2]
+    assert "--checkpoint needs a value" in _error(capsys, "--episodes", "3", "--checkpoint")
+    assert "--checkpoint needs a value" in _error(capsys, "--checkpoint", "--episodes", "3")
+    assert "Unrecognized options" in _error(capsys, str(ckpt), "--checkpoint", str(ckpt))
+    # A path that starts with a dash is still a path, not a flag.
+    assert "-x.pt: no such checkpoint file" in _error(capsys, "--checkpoint", "-x.pt")

@@ -123,6 +123,10 @@ def test_cli_writes_both_formats(tmp_path, capsys):
     assert rl_gpu_main(args) == 0
     assert "action_mask [N, 4] bool (optional)" in capsys.readouterr().out
     assert (tmp_path / "p.ts").stat().st_size > 0
+    # The checkpoint may also be given as --checkpoint, as rl-gpu evaluate takes it.
+    assert rl_gpu_main(["export", "--checkpoint", str(ckpt), "--format", "torchscript", "--output",
+                        str(tmp_path / "q.ts")]) == 0
+    assert (tmp_path / "q.ts").read_bytes() == (tmp_path / "p.ts").read_bytes()
     if HAS_ONNX:
         assert rl_gpu_main(["export", str(ckpt), "--output", str(tmp_path / "out" / "p.onnx")]) == 0
         assert (tmp_path / "out" / "p.onnx").stat().st_size > 0
