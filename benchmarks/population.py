@@ -116,7 +116,6 @@ def per_call_estimate(num_envs: int, num_steps: int, config: PPOConfig, rounds: 
              if rows > 0 else "the rows cost nothing measurable here"))
 
 
-
 def product_rates(members: int, rows: int, width: int = 64, repeats: int = 50) -> None:
     """Print the rate of a minibatch's hidden-layer product, ``[rows, width] x [width, width]``, as a lone run
     takes it (``mm``) and as the population takes it for all members (``bmm``), in GFLOP/s."""

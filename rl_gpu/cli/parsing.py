@@ -121,7 +121,6 @@ def flag_as_positional(argv: Sequence[str] | None, flag: str, prog: str) -> list
         if arg == "--":
             out.extend(args[i:])
             break
-        value = None
         if arg == flag:
             if i + 1 == len(args) or args[i + 1].startswith("--"):
                 fail(prog, f"{flag} needs a value")
