@@ -111,7 +111,7 @@ def flag_as_positional(argv: Sequence[str] | None, flag: str, prog: str) -> list
     """``argv`` (None: this process's arguments) with ``flag VALUE`` and ``flag=VALUE`` written as the positional
     ``VALUE``: what lets a command whose argument is positional (``rl-gpu evaluate RUN/best.pt``) also take it as
     a flag. A value that starts with ``-`` goes after ``--``, where it cannot be read as a flag; ``flag`` with no
-    value (last, or followed by another ``--`` option) exits 2 saying so."""
+    value (last, empty, or followed by another ``--`` option) exits 2 saying so."""
     args = list(sys.argv[1:] if argv is None else argv)
     out: list[str] = []
     dashed: list[str] = []
@@ -131,6 +131,8 @@ def flag_as_positional(argv: Sequence[str] | None, flag: str, prog: str) -> list
             out.append(arg)
             i += 1
             continue
+        if not value:
+            fail(prog, f"{flag} needs a value")
         (dashed if value.startswith("-") else out).append(value)
     if dashed:
         out.extend(["--", *dashed] if "--" not in out else dashed)

@@ -93,6 +93,7 @@ def test_the_checkpoint_is_positional_or_a_flag(tmp_path, capsys):
     assert all("3 episodes" in out for out in outs) and outs[0] == outs[1] == outs[2]
     assert "--checkpoint needs a value" in _error(capsys, "--episodes", "3", "--checkpoint")
     assert "--checkpoint needs a value" in _error(capsys, "--checkpoint", "--episodes", "3")
+    assert "--checkpoint needs a value" in _error(capsys, "--checkpoint=", "--episodes", "3")
     assert "Unrecognized options" in _error(capsys, str(ckpt), "--checkpoint", str(ckpt))
     # A path that starts with a dash is still a path, not a flag.
     assert "-x.pt: no such checkpoint file" in _error(capsys, "--checkpoint", "-x.pt")
