@@ -5,11 +5,13 @@ How the code is laid out (imports only point down this list; ``make test`` enfor
 -> ``cli``.
 
 ``rl_gpu.load(checkpoint)`` returns a checkpoint's policy ready to act
-(:class:`rl_gpu.interop.policy_io.LoadedPolicy`); it is imported on first use, so ``import rl_gpu`` stays
-light.
+(:class:`rl_gpu.interop.policy_io.LoadedPolicy`); ``rl_gpu.make``, ``register`` and ``registered_ids`` are
+:mod:`rl_gpu.envs.registry`'s. Each is imported on first use, so ``import rl_gpu`` imports nothing else: under
+``python -m rl_gpu`` the current directory leaves the import path before any other module is imported.
 """
 
-from rl_gpu.envs.registry import make, register, registered_ids
+_LAZY = {"load": "rl_gpu.interop.policy_io", "make": "rl_gpu.envs.registry", "register": "rl_gpu.envs.registry",
+         "registered_ids": "rl_gpu.envs.registry"}
 
 __version__ = "0.2.0"
 
@@ -17,13 +19,13 @@ __all__ = ["__version__", "load", "make", "register", "registered_ids"]
 
 
 def __getattr__(name: str):
-    # PEP 562: ``load`` pulls in the networks and the checkpoint reader only when it is first asked for.
-    if name == "load":
-        from rl_gpu.interop.policy_io import load
+    # PEP 562: torch, the networks and the checkpoint reader are imported when first asked for.
+    if name in _LAZY:
+        import importlib
 
-        return load
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'rl_gpu' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), "load"})
+    return sorted({*globals(), *_LAZY})

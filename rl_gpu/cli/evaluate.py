@@ -24,9 +24,10 @@ from typing import Annotated, Literal, Sequence
 import torch
 import tyro
 
-from rl_gpu.cli.parsing import fail, flag_as_positional, parse
+from rl_gpu.cli.parsing import check_trusted_env, fail, flag_as_positional, parse
 from rl_gpu.core.device import check_threads
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name
+from rl_gpu.envs.registry import named_ids_only
 from rl_gpu.runtime.allocator import keep_freed_host_memory
 from rl_gpu.training.config import MAX_EPISODES
 
@@ -68,6 +69,9 @@ class EvaluateConfig:
     """--video: most control steps to record"""
     overwrite_video: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
     """--video: replace an existing file (refused otherwise)"""
+    trust_env: str | None = None
+    """the checkpoint's environment id, when it is your own 'package.module:ClassName': allows importing that
+    module (which runs its code); an id read from a checkpoint is never imported otherwise"""
 
     def __post_init__(self) -> None:
         check_fields(self, label=flag_name)
@@ -133,6 +137,15 @@ def run_protocol(config: EvaluateConfig, payload: dict) -> Protocol:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse flags and evaluate; exit 2 with a one-line error for bad input. The checkpoint's environment is
+    built only from the registry, or by importing the module ``--trust-env`` names."""
+    config = parse(EvaluateConfig, PROG, flag_as_positional(argv, "--checkpoint", PROG),
+                   description=EvaluateConfig.__doc__)
+    with named_ids_only([config.trust_env]):
+        return _evaluate(config)
+
+
+def _evaluate(config: EvaluateConfig) -> int:
     from rl_gpu.core.device import resolve_device
     from rl_gpu.core.errors import UsageError
     from rl_gpu.core.seeding import derive_seed
@@ -144,8 +157,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rl_gpu.runtime.files import atomic_write_json, check_writable
     from rl_gpu.training.evaluation import evaluate_policy
 
-    config = parse(EvaluateConfig, PROG, flag_as_positional(argv, "--checkpoint", PROG),
-                   description=EvaluateConfig.__doc__)
     try:
         check_threads(config.threads)
     except UsageError as e:
@@ -169,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         env_id = payload.get("env_id")
         if not is_known(env_id):
             raise CheckpointError(f"{config.checkpoint}: made for unknown environment {env_id!r}")
+        check_trusted_env(env_id, config.checkpoint, config.trust_env)
 
         def make_env(n: int, seed: int):
             return make(env_id, num_envs=n, device=device, seed=seed, validate_actions=False)
@@ -275,4 +287,7 @@ def video_setup(probe, env_id: str, make_video_env):
 
 
 if __name__ == "__main__":
+    from rl_gpu.cli.safe_path import drop_cwd_from_path
+
+    drop_cwd_from_path()
     sys.exit(main())

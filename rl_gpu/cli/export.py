@@ -11,8 +11,8 @@ from typing import Literal
 import torch
 import tyro
 
-from rl_gpu.cli.parsing import fail, flag_as_positional, parse
-from rl_gpu.envs.registry import make
+from rl_gpu.cli.parsing import check_trusted_env, fail, flag_as_positional, parse
+from rl_gpu.envs.registry import make, named_ids_only
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.interop.export import SUFFIXES, DeterministicPolicy, ExportError, policy_bytes
@@ -39,6 +39,9 @@ class ExportConfig:
     quantize: Literal["int8"] | None = None
     """ONNX only: int8 weights (onnxruntime dynamic quantisation); reports the agreement with the float policy
     on held-out observations of the checkpoint's environment, and the CPU latency"""
+    trust_env: str | None = None
+    """--clip-actions, --quantize: the checkpoint's environment id, when it is your own
+    'package.module:ClassName': allows importing that module (which runs its code) to build it"""
 
     def resolved_format(self) -> str:
         if self.format is not None:
@@ -95,6 +98,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse flags and export; exit 2 with a one-line error for a bad checkpoint or missing packages."""
     config = parse(ExportConfig, PROG, flag_as_positional(argv, "--checkpoint", PROG),
                    description=ExportConfig.__doc__)
+    if config.trust_env is not None and not (config.clip_actions or config.quantize):
+        fail(PROG, "--trust-env applies to --clip-actions and --quantize (the only exports that build the "
+                   "checkpoint's environment), and neither is given")
+    with named_ids_only([config.trust_env]):
+        return _export(config)
+
+
+def _export(config: ExportConfig) -> int:
     bounds: dict = {}
     report: list[str] = []
     try:
@@ -103,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ExportError(f"--quantize {config.quantize} applies to ONNX exports; this one is {fmt}")
         check_writable(config.output, [config.checkpoint])
         policy, payload = load_policy(config.checkpoint, torch.device("cpu"))
+        if config.clip_actions or config.quantize:
+            check_trusted_env(payload.get("env_id"), config.checkpoint, config.trust_env)
         if config.clip_actions:
             bounds["action_low"], bounds["action_high"] = action_bounds(policy, payload.get("env_id"))
         metadata = {"env_id": payload.get("env_id"), "update": payload.get("update"),
@@ -133,4 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from rl_gpu.cli.safe_path import drop_cwd_from_path
+
+    drop_cwd_from_path()
     sys.exit(main())

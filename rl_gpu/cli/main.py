@@ -47,8 +47,15 @@ def _main(argv: Sequence[str] | None = None) -> int:
     else:
         print(f"rl-gpu: error: unknown command {command!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    return run(rest)
+    from rl_gpu.envs.registry import named_ids_only
+
+    # No environment id read from a file imports a module: a command adds the ids its user names.
+    with named_ids_only():
+        return run(rest)
 
 
 if __name__ == "__main__":
+    from rl_gpu.cli.safe_path import drop_cwd_from_path
+
+    drop_cwd_from_path()
     sys.exit(main())

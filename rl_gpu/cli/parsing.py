@@ -183,3 +183,17 @@ def fail(prog: str, message: str, code: int = 2) -> None:
     message = " ".join(str(message).split())
     print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def check_trusted_env(env_id: object, checkpoint: Path, trust_env: str | None) -> None:
+    """Refuse to build a checkpoint's recorded ``env_id`` when that would import a module (``mymodule:MyEnv``)
+    that ``--trust-env`` does not name; a ``--trust-env`` naming another id than the recorded one is refused
+    too (it would allow nothing). One :class:`~rl_gpu.core.errors.UsageError` line; nothing is imported."""
+    from rl_gpu.core.errors import UsageError
+    from rl_gpu.envs.registry import check_may_import
+
+    if trust_env is not None and trust_env != env_id:
+        raise UsageError(f"--trust-env {trust_env!r} is not the environment {checkpoint} records ({env_id!r}); "
+                         "it names that recorded id, to allow importing its module")
+    check_may_import(env_id, str(checkpoint), "--trust-env")
+

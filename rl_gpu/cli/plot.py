@@ -365,4 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from rl_gpu.cli.safe_path import drop_cwd_from_path
+
+    drop_cwd_from_path()
     sys.exit(main())

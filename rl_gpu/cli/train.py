@@ -30,6 +30,7 @@ import tyro
 from rl_gpu.cli.parsing import fail, parse, quiet_broken_pipe, version_text
 from rl_gpu.cli.presets import preset_config
 from rl_gpu.core.errors import UsageError
+from rl_gpu.envs.registry import check_may_import, named_ids_only
 from rl_gpu.training.config import (
     ALGORITHM_SECTIONS,
     DEFAULT_ENV,
@@ -136,10 +137,12 @@ def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:
         resume_dir = str(file_config.resume)
     if resume_dir is not None:
         saved = _saved_config(Path(resume_dir))
+        check_may_import(saved.env, f"--resume {resume_dir}: {Path(resume_dir) / 'last.pt'}")
         default = saved if file_config is None else _overlay(saved, data, file_config)
         return dataclasses.replace(default, resume=Path(resume_dir)), saved, f"the saved settings of {resume_dir}"
     if file_config is not None:
         _check_env(file_config.env)
+        check_may_import(file_config.env, f"--config {config_path}")
         return file_config, None, f"the settings of {config_path}"
     env_id = _flag_value(args, "--env") or DEFAULT_ENV
     _check_env(env_id)
@@ -328,9 +331,17 @@ def _main(argv: Sequence[str] | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse flags, then train (or resume) every seed; see the module docstring for exit codes."""
-    return quiet_broken_pipe(_main)(argv)
+    """Parse flags, then train (or resume) every seed; see the module docstring for exit codes.
+
+    Only the environment id given as ``--env`` may import a module of its own (``mymodule:MyEnv``): one that a
+    ``--config`` file or a resumed run records is refused unless ``--env`` names it too."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    with named_ids_only([_flag_value(args, "--env")]):
+        return quiet_broken_pipe(_main)(args)
 
 
 if __name__ == "__main__":
+    from rl_gpu.cli.safe_path import drop_cwd_from_path
+
+    drop_cwd_from_path()
     sys.exit(main())

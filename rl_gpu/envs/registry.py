@@ -12,13 +12,24 @@ registering); a name that an installed distribution declares in the ``rl_gpu.env
     MyEnv-v0 = "my_package.envs:MyEnv"
 
 The declared names are read once, on the first id that is none of the others, never by ``import rl_gpu``.
+
+**Which ids may import code.** A registered or declared id imports only code that was installed or registered
+on purpose. An entry point (and a ``gym:`` id naming a module, ``"gym:package.module:Id-v0"``) imports the module
+it names: inside :func:`named_ids_only` (what every ``rl-gpu`` command runs in) only the ids its user named on the
+command line may, so an id read from a file (a checkpoint, a saved configuration) is data and never imports
+anything by itself (:func:`check_may_import`). Python code that calls :func:`make` names its ids itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
+import importlib.util
+import os
 import re
+import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -55,6 +66,100 @@ def is_entry_point(env_id: object) -> bool:
     return isinstance(env_id, str) and _prefixed(env_id) is None and bool(_ENTRY_POINT.fullmatch(env_id))
 
 
+class UntrustedEnvError(UsageError):
+    """An environment id read from a file would import a module that the user did not name."""
+
+
+_named: frozenset[str] | None = None
+"""Inside :func:`named_ids_only`: the ids that may import a module. None: every id may."""
+
+_OWN_PACKAGE = __name__.split(".")[0]
+
+
+def module_to_import(env_id: object) -> str | None:
+    """The module that building ``env_id`` would import beyond the registry's own entries: ``"pkg.mod"`` for
+    ``"pkg.mod:Class"`` and for ``"gym:pkg.mod:Id-v0"`` (Gymnasium imports the module before the id), else
+    None (registered and declared ids, plain ``gym:`` ids, rl_gpu's own modules, malformed ids)."""
+    if not isinstance(env_id, str) or env_id in _registry:
+        return None
+    prefixed = _prefixed(env_id)
+    if prefixed is not None:
+        module = prefixed[1].split(":", 1)[0] if ":" in prefixed[1] else None
+    elif is_entry_point(env_id):
+        module = env_id.split(":", 1)[0]
+    else:
+        return None
+    if module is None or module == _OWN_PACKAGE or module.startswith(_OWN_PACKAGE + "."):
+        return None
+    return module
+
+
+@contextlib.contextmanager
+def named_ids_only(named: Iterable[str | None] = ()) -> Iterator[None]:
+    """Within the block, an id that would import a module (:func:`module_to_import`) is built only when it is
+    one of ``named`` (the ids the user typed: ``--env``, ``--trust-env``); any other is refused with
+    :class:`UntrustedEnvError` before anything is imported. Blocks nest: an inner one narrows nothing, it adds
+    its ids."""
+    global _named
+    saved = _named
+    _named = frozenset(n for n in named if isinstance(n, str)) | (saved or frozenset())
+    try:
+        yield
+    finally:
+        _named = saved
+
+
+def _where(module: str) -> str:
+    """Where ``module`` would be imported from, found without running it (only a top-level module is looked up:
+    finding ``a.b`` would import ``a``)."""
+    top = module.split(".")[0]
+    try:
+        with _cwd_on_path():
+            spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None)
+    return f" ({origin})" if isinstance(origin, str) and os.path.isabs(origin) else ""
+
+
+def check_may_import(env_id: object, source: str = "", flag: str = "--env") -> None:
+    """Refuse ``env_id`` (read from ``source``: a checkpoint, a saved configuration) when building it would
+    import a module the user did not name (inside :func:`named_ids_only`; outside it, nobody named any): one
+    :class:`UntrustedEnvError` line naming the module, where it lies and ``flag``, the way to allow it.
+    Nothing is imported."""
+    module = module_to_import(env_id)
+    if module is None or (_named is not None and env_id in _named):
+        return
+    recorded = f"{source} records environment {env_id!r}" if source else f"environment {env_id!r}"
+    raise UntrustedEnvError(
+        f"{recorded}, and building it would import the module {module!r}{_where(module)}, which may run any "
+        f"code; an environment id read from a file is not imported unless you name it: if you trust that module, "
+        f"pass {flag} {env_id}")
+
+
+def _guard(env_id: str) -> None:
+    """Inside :func:`named_ids_only`, refuse an id that would import a module nobody named."""
+    if _named is not None:
+        check_may_import(env_id, flag="--env (or --trust-env, for a checkpoint)")
+
+
+@contextlib.contextmanager
+def _cwd_on_path() -> Iterator[None]:
+    """The current directory on ``sys.path`` while a named module is imported: the ``rl-gpu`` console script
+    (and ``python -m rl_gpu``, which drops it at start so that files lying in the directory shadow nothing)
+    finds ``--env mymodule:MyEnv`` in the directory it runs in, as ``python -c`` would."""
+    cwd = os.getcwd()
+    if any(os.path.abspath(p or ".") == cwd for p in sys.path):
+        yield
+        return
+    sys.path.append(cwd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(cwd)
+
+
 def _load(entry: str):
     module_name, class_name = entry.split(":")
     obj = importlib.import_module(module_name)
@@ -68,7 +173,8 @@ def _load_entry_point(entry: str, what: str) -> type:
     failure is one :class:`~rl_gpu.core.errors.UsageError` line naming what went wrong."""
     module_name, class_name = entry.split(":")
     try:
-        module = importlib.import_module(module_name)
+        with _cwd_on_path():
+            module = importlib.import_module(module_name)
     except ImportError as e:
         raise UsageError(f"{what}: cannot import module {module_name!r} ({_one_line(e)}); an id with ':' "
                          "names an environment class as 'package.module:ClassName' importable from sys.path"
@@ -165,9 +271,11 @@ def env_class(env_id: str) -> type:
     environment raise :class:`~rl_gpu.core.errors.UsageError` (a ``ValueError``) in one line."""
     prefixed = _prefixed(env_id)
     if prefixed is not None:
+        _guard(env_id)
         return _load(prefixed[0])
     if isinstance(env_id, str) and env_id not in _registry:
         if is_entry_point(env_id):
+            _guard(env_id)
             return _load_entry_point(env_id, f"environment {env_id!r}")
         _read_declared()
     try:
@@ -212,9 +320,11 @@ def make(
         raise ValueError(f"max_episode_steps must be a positive int, got {max_episode_steps!r}")
     prefixed = _prefixed(env_id)
     if prefixed is not None:
-        return cls(
-            prefixed[1], num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, **kwargs
-        )
+        # Gymnasium imports the module of a "module:Id" id itself (the guard above allowed it).
+        with _cwd_on_path() if module_to_import(env_id) else contextlib.nullcontext():
+            return cls(
+                prefixed[1], num_envs, device=device, seed=seed, max_episode_steps=max_episode_steps, **kwargs
+            )
     env = cls(num_envs, device=device, seed=seed, **kwargs)
     if max_episode_steps is not None:
         env.max_episode_steps = max_episode_steps

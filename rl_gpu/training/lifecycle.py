@@ -16,6 +16,7 @@ import shlex
 from pathlib import Path
 
 from rl_gpu.core.errors import UsageError
+from rl_gpu.envs.registry import module_to_import
 from rl_gpu.runtime.checkpoint import CheckpointError
 from rl_gpu.training.config import TrainConfig
 
@@ -81,6 +82,14 @@ def check_resumable(run_dir: Path, payload: dict, config: TrainConfig) -> None:
                          f"pass --max-updates {update} or more")
 
 
+def resume_args(config: TrainConfig, run_dir: Path) -> str:
+    """``--resume RUN_DIR``, with ``--env ID`` when the run's environment imports a module of its own: a resume
+    builds an id read from the run's files only when the user names it (:func:`~rl_gpu.envs.registry.
+    check_may_import`)."""
+    named = f" --env {shlex.quote(config.env)}" if module_to_import(config.env) else ""
+    return f"--resume {shlex.quote(str(run_dir))}{named}"
+
+
 def continuation(config: TrainConfig, results: list, prog: str = "rl-gpu train") -> list[str]:
     """Lines that tell how to finish a multi-seed run a stop signal cut short: the seeds done, the command
     that continues the stopped seed, and the command that starts the seeds not started."""
@@ -89,7 +98,7 @@ def continuation(config: TrainConfig, results: list, prog: str = "rl-gpu train")
     stopped = [r for r in results if r.status not in FINAL_STATUSES]
     for r in stopped:
         if (r.run_dir / "last.pt").exists():
-            lines.append(f"continue seed {r.seed}: {prog} --resume {shlex.quote(str(r.run_dir))}")
+            lines.append(f"continue seed {r.seed}: {prog} {resume_args(config, r.run_dir)}")
     started = {r.seed for r in results}
     rest = [s for s in config.seeds if s not in started]
     if rest:
@@ -98,6 +107,8 @@ def continuation(config: TrainConfig, results: list, prog: str = "rl-gpu train")
         if source is None:
             lines.append(f"start seeds {seeds}: run the same command with --seeds {seeds}")
         else:
+            named = f" --env {shlex.quote(config.env)}" if module_to_import(config.env) else ""
             lines.append(f"start seed{'s' if len(rest) > 1 else ''} {seeds}: {prog} --config "
-                         f"{shlex.quote(str(source))} --output {shlex.quote(str(config.output))} --seeds {seeds}")
+                         f"{shlex.quote(str(source))}{named} --output {shlex.quote(str(config.output))} "
+                         f"--seeds {seeds}")
     return lines

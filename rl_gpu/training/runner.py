@@ -41,7 +41,7 @@ from rl_gpu.training.evaluation import EvalResult, evaluate_policy
 from rl_gpu.training.final_eval import final_evaluation
 from rl_gpu.training.goals import SelfPlayLeague, goal_for
 from rl_gpu.training.league import League, LeagueSettings, SelfPlay
-from rl_gpu.training.lifecycle import FINAL_STATUSES, check_checkpoint_belongs, check_resumable
+from rl_gpu.training.lifecycle import FINAL_STATUSES, check_checkpoint_belongs, check_resumable, resume_args
 from rl_gpu.training.outcome import (  # noqa: F401 (the names callers import from the runner)
     COUNTS,
     EXIT_GOAL_NOT_MET,
@@ -177,7 +177,7 @@ class Trainer(CheckpointMixin):
             status, signum, summary = "interrupted", stopped.signum, {}
             reason = (f"{signal.Signals(signum).name} received during {self.activity}: stopped; "
                       f"{self.run_dir / 'last.pt'} (update {self.checkpointed_update()}) is intact; continue with "
-                      f"--resume {self.run_dir}")
+                      f"{resume_args(self.config, self.run_dir)}")
         return RunResult(self.seed, self.run_dir, status, reason, summary, signum)
 
     def limit_reached(self) -> bool:
@@ -273,8 +273,8 @@ class Trainer(CheckpointMixin):
                             signum = stopped.signum
                             status, reason = "interrupted", (
                                 f"{signal.Signals(signum).name} received during the validation at update "
-                                f"{self.update}: stopped, saved {self.run_dir / 'last.pt'}; continue with --resume "
-                                f"{self.run_dir} (the validation runs first)")
+                                f"{self.update}: stopped, saved {self.run_dir / 'last.pt'}; continue with "
+                                f"{resume_args(cfg, self.run_dir)} (the validation runs first)")
                             break
                         if self.streak >= cfg.consecutive_passes:
                             status, reason = self.success_status()
@@ -296,12 +296,12 @@ class Trainer(CheckpointMixin):
                         signum = stop.signum
                         status, reason = "interrupted", (
                             f"{signal.Signals(signum).name} received: stopped after update {self.update}, saved "
-                            f"{self.run_dir / 'last.pt'}; continue with --resume {self.run_dir}")
+                            f"{self.run_dir / 'last.pt'}; continue with {resume_args(cfg, self.run_dir)}")
                         break
                     if pause:
                         self.save("last.pt")
                         status, reason = "paused", (f"paused after update {self.update}; continue with "
-                                                    f"--resume {self.run_dir}")
+                                                    f"{resume_args(cfg, self.run_dir)}")
                         break
             finally:
                 self.log = original_log

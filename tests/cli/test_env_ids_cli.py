@@ -77,16 +77,16 @@ def test_train_evaluate_export_a_custom_environment(trained, tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["env"] == ENV_ID
     assert (run_dir / "best.pt").is_file()
 
-    # From elsewhere, with the module importable: the checkpoint's id builds the environment again.
-    evaluate = run(["evaluate", "--checkpoint", str(run_dir / "best.pt"), "--device", "cpu", "--episodes", "16"],
-                   cwd=tmp_path, pythonpath=[home, ROOT])
+    # From elsewhere, with the module importable and named: the checkpoint's id builds the environment again.
+    evaluate = run(["evaluate", "--checkpoint", str(run_dir / "best.pt"), "--device", "cpu", "--episodes", "16",
+                    "--trust-env", ENV_ID], cwd=tmp_path, pythonpath=[home, ROOT])
     assert evaluate.returncode == 0, evaluate.stderr
     assert ENV_ID in evaluate.stdout and "mean return" in evaluate.stdout
 
     # --clip-actions reads the action bounds from the environment the checkpoint names.
     model = tmp_path / "policy.pt"
-    export = run(["export", str(run_dir / "best.pt"), "--output", str(model), "--clip-actions"],
-                 cwd=tmp_path, pythonpath=[home, ROOT])
+    export = run(["export", str(run_dir / "best.pt"), "--output", str(model), "--clip-actions",
+                  "--trust-env", ENV_ID], cwd=tmp_path, pythonpath=[home, ROOT])
     assert export.returncode == 0, export.stderr
     policy = torch.jit.load(str(model))
     action = policy(torch.linspace(-50, 50, 64).unsqueeze(1) * torch.ones(64, 1))
@@ -108,9 +108,12 @@ def test_evaluating_without_the_module_is_one_line(trained, capsys):
     home, proc = trained
     assert proc.returncode == 1, proc.stderr
     assert MODULE not in sys.modules  # this interpreter never had it on its path
-    err = _one_line_exit_2(capsys, main, ["--checkpoint", str(home / "out" / "seed-11" / "best.pt"),
-                                          "--device", "cpu", "--episodes", "8"])
+    best = str(home / "out" / "seed-11" / "best.pt")
+    err = _one_line_exit_2(capsys, main, [best, "--device", "cpu", "--episodes", "8", "--trust-env", ENV_ID])
     assert err.startswith("rl-gpu evaluate: error:") and f"cannot import module '{MODULE}'" in err
+    # Not named: refused before any import is tried.
+    err = _one_line_exit_2(capsys, main, [best, "--device", "cpu", "--episodes", "8"])
+    assert f"would import the module '{MODULE}'" in err and f"--trust-env {ENV_ID}" in err
 
 
 @pytest.mark.parametrize(("env_id", "expected"), [
