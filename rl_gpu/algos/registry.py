@@ -1,22 +1,170 @@
-"""Algorithms by name: the one place that maps a configuration's ``algo`` to its implementation."""
+"""Algorithms by name: each entry is an :class:`AlgorithmSpec`, everything the training loop, the configuration and
+the command line need to know about an algorithm without importing it.
+
+The training configuration holds ``algo`` and that algorithm's own hyper-parameters (its config class); ``--help``,
+the ``--algo`` choices, the default steps per iteration and the checks of what an algorithm cannot run all come
+from here, so ``rl_gpu.training`` and ``rl_gpu.cli`` never name an algorithm's package (an import contract keeps
+it so). An algorithm of your own is one :func:`register_algorithm` call::
+
+    register_algorithm(AlgorithmSpec(
+        name="my_algo", config="my_package.algo:MyConfig", factory="my_package.algo:MyAlgorithm",
+        summary="what it does, in one line"))
+
+``config`` is a frozen dataclass of hyper-parameters with defaults (its fields become flags; its
+``__post_init__`` refuses bad values with ``ValueError``); ``factory`` is a class with
+``from_setup(setup, config) -> Algorithm`` (:mod:`rl_gpu.algos.base`). Both are imported on first use.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import re
+from dataclasses import dataclass
 from typing import Any
 
-from rl_gpu.algos.base import Algorithm, Setup
+from rl_gpu.core.errors import UsageError
 
-ALGORITHMS: dict[str, str] = {"ppo": "rl_gpu.algos.ppo.algorithm:PPO", "sac": "rl_gpu.algos.sac.algorithm:SAC",
-                              "td3": "rl_gpu.algos.td3.algorithm:TD3", "neurd": "rl_gpu.algos.neurd.algorithm:NeuRD"}
-"""Name -> ``"module:Class"``; the class has ``from_setup(setup, config) -> Algorithm``. Imported on use."""
+COMPILE_MODES = ("off", "inductor", "cudagraphs")
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
 
-def make_algorithm(name: str, setup: Setup, config: Any) -> Algorithm:
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """One algorithm: where its code is, and what it can run (checked before anything is written)."""
+
+    name: str
+    """``--algo`` value (lowercase letters, digits, ``_``)."""
+    config: str
+    """``"module:Class"`` of its hyper-parameters: a frozen dataclass whose fields all have defaults."""
+    factory: str
+    """``"module:Class"`` with ``from_setup(setup, config) -> Algorithm``."""
+    summary: str
+    """One line for ``--help``."""
+    default_num_steps: int = 128
+    """Environment steps per iteration when ``--num-steps`` is not given (turn-based games: their longest game)."""
+    self_play: bool = False
+    """Trains with ``--self-play`` (a league of its own snapshots as the opponent; the algorithm takes an
+    ``opponent`` and hands back its last rollout, as PPO does)."""
+    self_play_only: bool = False
+    """Self-play by itself (two-player games only, no goal to meet: its updates are its budget)."""
+    population: bool = False
+    """Trains ``--parallel`` populations."""
+    torchrun: bool = True
+    """Runs under torchrun with several processes."""
+    step_budget: bool = True
+    """Trains for ``--total-timesteps`` (else only for ``--max-updates``)."""
+    compile_modes: tuple[str, ...] = COMPILE_MODES
+    """The ``--compile`` modes it has (``off`` always; ``auto`` resolves to one of them)."""
+    check: str | None = None
+    """``"module:function"``: ``check(config)`` raises ``UsageError`` for other settings it cannot run."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
+            raise ValueError(f"algorithm name must be lowercase letters, digits and '_' (at most 32), got "
+                             f"{self.name!r}")
+        for what in ("config", "factory"):
+            if not isinstance(getattr(self, what), str) or not _ENTRY.fullmatch(getattr(self, what)):
+                raise ValueError(f"{what} must look like 'package.module:Name', got {getattr(self, what)!r}")
+        if self.check is not None and not _ENTRY.fullmatch(self.check):
+            raise ValueError(f"check must look like 'package.module:function', got {self.check!r}")
+        if isinstance(self.default_num_steps, bool) or not isinstance(self.default_num_steps, int) \
+                or self.default_num_steps <= 0:
+            raise ValueError(f"default_num_steps must be a positive int, got {self.default_num_steps!r}")
+        if "off" not in self.compile_modes or not set(self.compile_modes) <= set(COMPILE_MODES):
+            raise ValueError(f"compile_modes must include 'off' and be among {COMPILE_MODES}, got "
+                             f"{self.compile_modes!r}")
+
+    def config_class(self) -> type:
+        """The hyper-parameters' dataclass (imported on first use)."""
+        cls = _load(self.config)
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            raise TypeError(f"algorithm {self.name!r}: {self.config} is not a dataclass")
+        return cls
+
+    def default_config(self) -> Any:
+        """Its hyper-parameters' defaults."""
+        return self.config_class()()
+
+    def build(self, setup: Any, config: Any) -> Any:
+        """The algorithm bound to ``setup`` (:class:`~rl_gpu.algos.base.Setup`) with hyper-parameters ``config``."""
+        return _load(self.factory).from_setup(setup, config)
+
+    def check_run(self, config: Any) -> None:
+        """Refuse a run configuration (``TrainConfig``) this algorithm cannot train, naming the flag: the
+        capabilities above, then its own ``check``."""
+        if config.parallel and not self.population:
+            able = " or ".join(n.upper() for n, s in _ALGORITHMS.items() if s.population) or "no algorithm"
+            raise UsageError(f"--parallel trains populations of {able} only, not --algo {self.name}: without "
+                             "--parallel the seeds run one after another")
+        league = " or ".join(n.upper() for n, s in _ALGORITHMS.items() if s.self_play) or "no algorithm"
+        refused = [(config.self_play and not self.self_play, "--self-play",
+                    "it is self-play by itself; --self-play is the league of " + league if self.self_play_only
+                    else "it has no league of its own snapshots; " + league + " has"),
+                   (config.total_timesteps is not None and not self.step_budget, "--total-timesteps",
+                    "it trains for --max-updates iterations"),
+                   (config.compile not in ("auto", *self.compile_modes), f"--compile {config.compile}",
+                    f"its modes are {', '.join(self.compile_modes)}")]
+        for bad, flag, why in refused:
+            if bad:
+                raise UsageError(f"{flag} does not apply to --algo {self.name} ({why}): drop it")
+        if self.check is not None:
+            _load(self.check)(config)
+
+
+def _load(entry: str) -> Any:
+    module, name = entry.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+_ALGORITHMS: dict[str, AlgorithmSpec] = {}
+
+
+def register_algorithm(spec: AlgorithmSpec, *, override: bool = False) -> None:
+    """Make ``spec`` trainable as ``--algo spec.name`` (``ValueError`` for a name taken, unless ``override``)."""
+    if not isinstance(spec, AlgorithmSpec):
+        raise TypeError(f"register_algorithm takes an AlgorithmSpec, got {type(spec).__name__}")
+    if spec.name in _ALGORITHMS and not override and _ALGORITHMS[spec.name] != spec:
+        raise ValueError(f"algorithm {spec.name!r} is already registered; pass override=True")
+    _ALGORITHMS[spec.name] = spec
+
+
+def unregister_algorithm(name: str) -> None:
+    """Remove ``name`` (a plugin's tests clean up with it)."""
+    _ALGORITHMS.pop(name, None)
+
+
+def algorithm_names() -> tuple[str, ...]:
+    """Every registered ``--algo`` value, built-in ones first."""
+    return tuple(_ALGORITHMS)
+
+
+def algorithm_spec(name: object) -> AlgorithmSpec:
+    """The spec registered as ``name``; :class:`~rl_gpu.core.errors.UsageError` naming the known ones otherwise."""
+    spec = _ALGORITHMS.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise UsageError(f"unknown algorithm {name!r}; known: {', '.join(_ALGORITHMS)}")
+    return spec
+
+
+def make_algorithm(name: str, setup: Any, config: Any) -> Any:
     """Build algorithm ``name`` on ``setup`` with its own hyper-parameters ``config``. Raises ``ValueError`` for an
     unknown name or a setup the algorithm cannot run (the message says why)."""
-    entry = ALGORITHMS.get(name)
-    if entry is None:
-        raise ValueError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}")
-    module, cls = entry.split(":")
-    return getattr(importlib.import_module(module), cls).from_setup(setup, config)
+    return algorithm_spec(name).build(setup, config)
+
+
+register_algorithm(AlgorithmSpec(
+    name="ppo", config="rl_gpu.algos.ppo.config:PPOConfig", factory="rl_gpu.algos.ppo.algorithm:PPO",
+    summary="proximal policy optimisation (on-policy; discrete or continuous actions)",
+    self_play=True, population=True))
+register_algorithm(AlgorithmSpec(
+    name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
+    summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1))
+register_algorithm(AlgorithmSpec(
+    name="td3", config="rl_gpu.algos.td3.config:TD3Config", factory="rl_gpu.algos.td3.algorithm:TD3",
+    summary="twin delayed DDPG (off-policy; continuous actions)", default_num_steps=1))
+register_algorithm(AlgorithmSpec(
+    name="neurd", config="rl_gpu.algos.neurd.config:NeuRDConfig", factory="rl_gpu.algos.neurd.algorithm:NeuRD",
+    summary="full-width neural replicator dynamics (two-player zero-sum games small enough to enumerate)",
+    default_num_steps=1, self_play_only=True, torchrun=False, step_budget=False, compile_modes=("off",)))

@@ -47,7 +47,7 @@ import tyro
 
 from rl_gpu.algos.base import Setup
 from rl_gpu.core.errors import UsageError
-from rl_gpu.algos.ppo import PPO, PPOConfig
+from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.cli.bench_baselines import (BASELINE_NAMES, BASELINES, baseline_unavailable, cell, ratios, run_calls,
                                         timed)
 from rl_gpu.cli.parsing import fail, parse
@@ -220,7 +220,11 @@ def random_actions(env, k: int, generator: torch.Generator) -> torch.Tensor:
 def _algo(cfg: BenchConfig, device: torch.device, n: int, mode: str):
     env = make(cfg.env, num_envs=n, device=device, seed=cfg.seed, validate_actions=False,
                **env_options(cfg.env, cfg.threads))
-    steps = cfg.num_steps or (PPO.default_num_steps(env) if PPO.episodic(env) else 16)
+    # Turn-based games are collected as whole games (PPO's default T: their longest one); other tasks in rollouts
+    # of 16 steps.
+    episodic = env.spec.num_players > 1
+    horizon = env.spec.episode_horizon
+    steps = cfg.num_steps or ((int(horizon) if horizon is not None else 128) if episodic else 16)
     torch.manual_seed(cfg.seed)
     slots = steps * n
     minibatches = max(1, slots // cfg.minibatch_size)
@@ -228,7 +232,8 @@ def _algo(cfg: BenchConfig, device: torch.device, n: int, mode: str):
         minibatches += 1
     # Built exactly as the runner builds its algorithm, and timed through the same iterate().
     setup = Setup(env=env, seed=cfg.seed, learning_rate=1e-3, num_steps=steps, compile=mode)
-    algo = PPO.from_setup(setup, PPOConfig(num_minibatches=minibatches, update_epochs=4))
+    ppo = algorithm_spec("ppo")
+    algo = ppo.build(setup, ppo.config_class()(num_minibatches=minibatches, update_epochs=4))
     return env, algo, steps
 
 
@@ -255,7 +260,7 @@ def bench_rollouts(cfg: BenchConfig, device: torch.device, n: int, mode: str, me
         torch.cuda.reset_peak_memory_stats(device)
     first, second, times = run_calls(call, device, cfg.repeats)
     transitions = float(live) / calls
-    episodic = PPO.episodic(env)
+    episodic = env.spec.num_players > 1  # as PPO collects turn-based games: whole games
     rollout_bytes = storage[0] if storage else empty_rollout(env.spec, steps, n, device).storage_bytes()
     extra = {"num_steps": steps, "episodic": episodic, "num_minibatches": algo.config.num_minibatches,
              "update_epochs": algo.config.update_epochs, "rollout_bytes": rollout_bytes,

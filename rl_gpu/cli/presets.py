@@ -3,9 +3,7 @@ Command-line flags override them."""
 
 from __future__ import annotations
 
-from rl_gpu.algos.ppo.config import PPOConfig
-from rl_gpu.algos.sac.config import SACConfig
-from rl_gpu.algos.td3.config import TD3Config
+from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.training.config import DEFAULT_ENV, TrainConfig
 
 __all__ = ["DEFAULT_ENV", "GYMNASIUM_DEFAULTS", "OFF_POLICY_PRESETS", "PRESETS", "preset_config"]
@@ -172,8 +170,6 @@ OFF_POLICY_PRESETS: dict[str, dict[str, dict]] = {
 """Per-(environment, algorithm) defaults of SAC and TD3, over :data:`_OFF_POLICY` and the task keys of the
 environment's preset; command-line flags override them."""
 
-OFF_POLICY_CONFIGS = {"sac": SACConfig, "td3": TD3Config}
-
 NEURD_PRESET = {
     # Full-width NeuRD (benchmarks/learning.md): a plain gradient step of 0.01 (0.03 left one seed of four stuck
     # near a pure policy), 10,000 iterations of about 10 ms, a validation (and OpenSpiel's exploitability) every
@@ -212,9 +208,11 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
     ``gym:X`` takes ``X``'s preset when there is one: the same task, stepped by Gymnasium on the host; other
     ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`; ``self_play`` adds :data:`SELF_PLAY_PRESETS` (PPO). SAC and
     TD3 take the task keys of the environment's preset (goal, budget, evaluation) under their own settings
-    (:data:`OFF_POLICY_PRESETS`), NeuRD its validation sizes under :data:`NEURD_PRESET`; an unknown ``algo`` is a
-    ``ValueError``.
+    (:data:`OFF_POLICY_PRESETS`), NeuRD its validation sizes under :data:`NEURD_PRESET`, and any other registered
+    algorithm the task keys over the global defaults; an unknown ``algo`` is a ``UsageError`` (a ``ValueError``).
     """
+    spec = algorithm_spec(algo)
+    params = spec.config_class()
     fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else {}
     preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), fallback)))
     if algo == "ppo":
@@ -222,14 +220,15 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
             extra = dict(SELF_PLAY_PRESETS.get(env_id, {}))
             ppo_extra = extra.pop("ppo", {})
             preset.update(extra, self_play=True, ppo={**preset.get("ppo", {}), **ppo_extra})
-        ppo = PPOConfig(**preset.pop("ppo", {}))
-        return TrainConfig(env=env_id, ppo=ppo, **preset)
+        section = params(**preset.pop("ppo", {}))
+        return TrainConfig(env=env_id, algo_params=section, **preset)
     if algo == "neurd":
         evaluation = {k: preset[k] for k in ("eval_episodes", "final_eval_episodes") if k in preset}
         return TrainConfig(env=env_id, algo="neurd", self_play=self_play, **{**NEURD_PRESET, **evaluation})
-    if algo not in OFF_POLICY_CONFIGS:
-        raise ValueError(f"unknown algorithm {algo!r}; known: ppo, neurd, {', '.join(OFF_POLICY_CONFIGS)}")
+    task = {k: preset[k] for k in _TASK_KEYS if k in preset}
+    if algo not in ("sac", "td3"):
+        return TrainConfig(env=env_id, algo=algo, self_play=self_play, **task)
     own = OFF_POLICY_PRESETS.get(env_id, OFF_POLICY_PRESETS.get(env_id.removeprefix("gym:"), {})).get(algo, {})
-    merged = {**_OFF_POLICY, **{k: preset[k] for k in _TASK_KEYS if k in preset}, **own}
-    section = OFF_POLICY_CONFIGS[algo](**merged.pop(algo, {}))
-    return TrainConfig(env=env_id, algo=algo, **{algo: section}, **merged)
+    merged = {**_OFF_POLICY, **task, **own}
+    section = params(**merged.pop(algo, {}))
+    return TrainConfig(env=env_id, algo=algo, algo_params=section, **merged)

@@ -23,7 +23,7 @@ import sys
 import typing
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import tyro
 
@@ -31,8 +31,8 @@ from rl_gpu.cli.parsing import fail, parse, quiet_broken_pipe, version_text
 from rl_gpu.cli.presets import preset_config
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.registry import check_may_import, named_ids_only
+from rl_gpu.algos.registry import algorithm_names, algorithm_spec
 from rl_gpu.training.config import (
-    ALGORITHM_SECTIONS,
     DEFAULT_ENV,
     RESUMABLE_CHANGES,
     TrainConfig,
@@ -112,11 +112,11 @@ def _file_data(path: Path) -> tuple[dict, TrainConfig]:
 def _overlay(saved: TrainConfig, data: dict, file_config: TrainConfig) -> TrainConfig:
     """``saved`` with the settings a ``--config`` file names explicitly (its other keys do not count)."""
     values = {k: getattr(file_config, k) for k in data if k in {f.name for f in dataclasses.fields(TrainConfig)}
-              and k not in (*ALGORITHM_SECTIONS, "overwrite")}
-    for section in ALGORITHM_SECTIONS:
-        if isinstance(data.get(section), dict):
-            named = {k: getattr(getattr(file_config, section), k) for k in data[section]}
-            values[section] = dataclasses.replace(getattr(saved, section), **named)
+              and k not in ("algo_params", "overwrite")}
+    section = data.get(file_config.algo)
+    if isinstance(section, dict) and file_config.algo == saved.algo:
+        named = {k: getattr(file_config.algo_params, k) for k in section}
+        values["algo_params"] = dataclasses.replace(saved.algo_params, **named)
     return dataclasses.replace(saved, **values)
 
 
@@ -147,7 +147,7 @@ def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:
     env_id = _flag_value(args, "--env") or DEFAULT_ENV
     _check_env(env_id)
     algo = _flag_value(args, "--algo") or "ppo"
-    if algo not in ALGORITHM_SECTIONS:
+    if algo not in algorithm_names():
         algo = "ppo"  # the parser refuses the value, naming the choices
     if "--self-play" in args:
         return (preset_config(env_id, algo, self_play=True), None,
@@ -155,25 +155,41 @@ def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:
     return preset_config(env_id, algo), None, f"{env_id}'s preset for {algo}"
 
 
-@functools.cache
 def flags_of(algo: str) -> type:
-    """:class:`TrainConfig` as the parser sees it when training with ``algo``: the other algorithms' sections
-    are hidden, so each algorithm's flags keep their plain names (``--gamma`` is the chosen algorithm's) and
-    ``--help`` lists only the chosen one's."""
-    hints = typing.get_type_hints(TrainConfig)
-    hidden = [(name, Annotated[hints[name], tyro.conf.Suppress], dataclasses.field(default_factory=hints[name]))
-              for name in ALGORITHM_SECTIONS if name != algo]
-    return dataclasses.make_dataclass(f"TrainConfig_{algo}", hidden, bases=(TrainConfig,), frozen=True)
+    """:class:`TrainConfig` as the parser sees it when training with ``algo``: ``--algo`` chooses among the
+    registered algorithms, and ``algo``'s hyper-parameters are a section of their own whose flags keep their
+    plain names (``--gamma`` is the chosen algorithm's), so ``--help`` lists only the chosen one's."""
+    names, params = algorithm_names(), algorithm_spec(algo).config_class()
+    return _view(algo, names, params)
+
+
+@functools.cache
+def _view(algo: str, names: tuple[str, ...], params: type) -> type:
+    taken = {f.name for f in dataclasses.fields(TrainConfig)}
+    if algo in taken:
+        raise UsageError(f"--algo {algo}: an algorithm cannot be named as a training setting ({algo})")
+    choices = ", ".join(f"{n} ({algorithm_spec(n).summary})" for n in names)
+    algo_help = (f"algorithm: {choices}; its hyper-parameters are the flags of its own section, which "
+                 "`--algo ALGO --help` lists; presets are per environment and algorithm")
+    fields = [("algo", Annotated[Literal[names], tyro.conf.arg(help=algo_help)],  # type: ignore[valid-type]
+               dataclasses.field(default=algo)),
+              ("algo_params", Annotated[typing.Any, tyro.conf.Suppress], dataclasses.field(default=None)),
+              (algo, Annotated[params, tyro.conf.arg(help=f"--algo {algo} hyper-parameters (flags without a "
+                                                           "prefix)")],
+               dataclasses.field(default_factory=params))]
+    return dataclasses.make_dataclass(f"TrainConfig_{algo}", fields, bases=(TrainConfig,), frozen=True)
 
 
 def _parse(args: list[str], default: TrainConfig, description: str) -> TrainConfig:
     """Parse ``args`` over ``default`` with the flags of the algorithm ``--algo`` names (else the default's)."""
     algo = _flag_value(args, "--algo")
-    if algo not in ALGORITHM_SECTIONS:
+    if algo not in algorithm_names():
         algo = default.algo  # an unknown name is the parser's to refuse
     view = flags_of(algo)
-    parsed = parse(view, PROG, args, default=view(**_values(default)), description=description)
-    return TrainConfig(**_values(parsed))
+    params = default.algo_params if default.algo == algo else algorithm_spec(algo).default_config()
+    start = view(**{**_values(default), "algo": algo, "algo_params": None, algo: params})
+    parsed = parse(view, PROG, args, default=start, description=description)
+    return TrainConfig(**{**_values(parsed), "algo_params": getattr(parsed, parsed.algo)})
 
 
 def _values(config: TrainConfig) -> dict:

@@ -50,6 +50,8 @@ def _describe(hint: Any) -> str:
 
 
 def _matches(value: Any, hint: Any) -> bool:
+    if hint is Any:  # checked by its owner (a configuration's algorithm section)
+        return True
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (Union, types.UnionType):
         return any(_matches(value, a) for a in args)

@@ -11,14 +11,11 @@ configuration saved on a larger machine can still be read, and resumed with smal
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from rl_gpu.algos.neurd.config import NeuRDConfig
-from rl_gpu.algos.ppo.config import PPOConfig
-from rl_gpu.algos.sac.config import SACConfig
-from rl_gpu.algos.td3.config import TD3Config
+from rl_gpu.algos.registry import algorithm_names, algorithm_spec
 from rl_gpu.core.device import check_threads
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name, from_dict
@@ -36,9 +33,6 @@ MAX_TIMESTEPS = 10**15
 MAX_SEED = 2**63 - 1
 """Seeds are stored as signed 64-bit integers by the tools that read the run files."""
 
-ALGORITHM_SECTIONS = ("ppo", "sac", "td3", "neurd")
-"""The sections of :class:`TrainConfig` that hold one algorithm's hyper-parameters each (named as ``algo``)."""
-
 SAVED_EXTRA_KEYS = frozenset({"seed", "num_steps_resolved", "run_environment"})
 """Keys a run's config.json records besides the settings; reading it back accepts exactly these."""
 
@@ -49,12 +43,13 @@ class TrainConfig:
 
     env: str = DEFAULT_ENV
     """environment id; an unknown id is refused with the list of known ones"""
-    algo: Literal["ppo", "sac", "td3", "neurd"] = "ppo"
-    """algorithm; its hyper-parameters are the flags of its own section (PPO: --gamma, --clip-coef, ...; SAC and
-    TD3: --gamma, --tau, --buffer-size, ...; NeuRD: --logit-threshold, --average, ...), which `--algo ALGO --help`
-    lists; presets are per environment and algorithm. neurd: self-play of a two-player zero-sum game small enough
-    to enumerate (LeducHoldem-v0), every chance outcome and action sequence evaluated exactly at each iteration
-    instead of sampled games; it trains for --max-updates iterations and keeps the least exploitable validation"""
+    algo: str = "ppo"
+    """algorithm (rl_gpu.algos.registry); its hyper-parameters are the flags of its own section (PPO: --gamma,
+    --clip-coef, ...; SAC and TD3: --gamma, --tau, --buffer-size, ...; NeuRD: --logit-threshold, --average,
+    ...), which `--algo ALGO --help` lists; presets are per environment and algorithm. neurd: self-play of a
+    two-player zero-sum game small enough to enumerate (LeducHoldem-v0), every chance outcome and action sequence
+    evaluated exactly at each iteration instead of sampled games; it trains for --max-updates iterations and
+    keeps the least exploitable validation"""
     output: Path = Path("artifacts/run")
     """output directory; each seed writes OUTPUT/seed-N/"""
     seeds: tuple[int, ...] = (11,)
@@ -156,14 +151,10 @@ class TrainConfig:
     snapshots' share)"""
     baseline_share: float = 0.1
     """--self-play: share of games against the uniform-random baseline (the rest: snapshots, by --pfsp)"""
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    """PPO hyper-parameters (flags without a prefix: --gamma, --clip-coef, ...)"""
-    sac: SACConfig = field(default_factory=SACConfig)
-    """SAC hyper-parameters (flags without a prefix: --gamma, --tau, --buffer-size, ...)"""
-    td3: TD3Config = field(default_factory=TD3Config)
-    """TD3 hyper-parameters (flags without a prefix: --gamma, --tau, --policy-noise, ...)"""
-    neurd: NeuRDConfig = field(default_factory=NeuRDConfig)
-    """NeuRD hyper-parameters (flags without a prefix: --logit-threshold, --average, ...)"""
+    algo_params: Any = None
+    """the hyper-parameters of ``algo``: an instance of its registered config class (None: its defaults). Saved
+    in config.json under the algorithm's name (``"ppo": {...}``); on the command line, its fields are flags
+    without a prefix"""
 
     def __post_init__(self) -> None:
         # Obvious spellings from Python code: a list for a tuple, a string for a path.
@@ -200,31 +191,29 @@ class TrainConfig:
         if not all(0.0 <= v <= 1.0 for v in shares) or sum(shares) > 1.0:
             raise UsageError(f"--latest-share and --baseline-share must each be in [0, 1] and sum to at most 1, "
                              f"got {self.latest_share!r} and {self.baseline_share!r}")
-        if self.algo == "neurd":
-            self._check_neurd()
         if not -20.0 <= self.init_log_std <= 20.0:
             # exp(log std) must stay a usable float32 standard deviation.
             raise UsageError(f"--init-log-std must be between -20 and 20, got {self.init_log_std!r}")
-
-    def _check_neurd(self) -> None:
-        refused = [(self.total_timesteps is not None, "--total-timesteps",
-                    "it trains for --max-updates iterations, each evaluating the whole game tree"),
-                   (self.self_play, "--self-play", "it is self-play already; --self-play is PPO's league"),
-                   (self.compile in ("inductor", "cudagraphs"), f"--compile {self.compile}",
-                    "it runs eagerly (an iteration is a few milliseconds of small operations)")]
-        for bad, flag, why in refused:
-            if bad:
-                raise UsageError(f"{flag} does not apply to --algo neurd ({why}): drop it")
+        spec = algorithm_spec(self.algo)
+        params_class = spec.config_class()
+        if self.algo_params is None:
+            object.__setattr__(self, "algo_params", params_class())
+        elif type(self.algo_params) is not params_class:
+            raise UsageError(f"algo_params must be a {params_class.__name__} (the hyper-parameters of --algo "
+                             f"{self.algo}), got {type(self.algo_params).__name__}")
+        spec.check_run(self)
 
     @property
     def self_play_flag(self) -> str | None:
-        """The setting that makes this run self-play (``--self-play``: PPO's league; ``--algo neurd``: full
-        width), or None."""
-        return "--algo neurd" if self.algo == "neurd" else "--self-play" if self.self_play else None
+        """The setting that makes this run self-play (``--self-play``: PPO's league; an algorithm that is
+        self-play by itself, such as ``--algo neurd``), or None."""
+        if algorithm_spec(self.algo).self_play_only:
+            return f"--algo {self.algo}"
+        return "--self-play" if self.self_play else None
 
     def algo_config(self):
-        """The hyper-parameters of the chosen algorithm (the section named by ``algo``)."""
-        return getattr(self, self.algo)
+        """The hyper-parameters of the chosen algorithm."""
+        return self.algo_params
 
     def to_dict(self) -> dict:
         """Plain JSON-able values (paths as strings)."""
@@ -236,7 +225,8 @@ class TrainConfig:
             if dataclasses.is_dataclass(v):
                 return {k: plain(x) for k, x in dataclasses.asdict(v).items()}
             return v
-        values = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        values = {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "algo_params"}
+        values[self.algo] = plain(self.algo_params)
         # A saved configuration never replaces a run: repeating it (--config RUN/config.json) must refuse an
         # existing run directory unless --overwrite is given again.
         values["overwrite"] = False
@@ -254,12 +244,27 @@ def config_from_dict(data: dict) -> TrainConfig:
     """Rebuild a :class:`TrainConfig` from :meth:`TrainConfig.to_dict` output (a ``--config`` file, a run's
     config.json, a checkpoint's configuration), checked as strictly as flags.
 
-    Accepts the settings and :data:`SAVED_EXTRA_KEYS`; ``overwrite`` is ignored (a file never replaces a run).
+    Accepts the settings, the chosen algorithm's section (under its name) and :data:`SAVED_EXTRA_KEYS`;
+    ``overwrite`` is ignored (a file never replaces a run), and so are the sections of other registered algorithms
+    (files written before a configuration held only its own algorithm's section have them all).
 
     Raises:
         UsageError: an unknown key (naming the nearest known one), a value of the wrong type or out of range.
     """
-    return from_dict(TrainConfig, data, extra=SAVED_EXTRA_KEYS, ignore=("overwrite",))
+    if not isinstance(data, dict):
+        raise UsageError(f"the configuration must be a JSON object, got {type(data).__name__}")
+    algo = data.get("algo", TrainConfig.algo)
+    spec = algorithm_spec(algo)  # an unknown name is refused naming the known ones
+    sections = set(algorithm_names())
+    rest = {k: v for k, v in data.items() if k not in sections}
+    if "algo_params" in rest:
+        raise UsageError(f"unknown key 'algo_params'; an algorithm's hyper-parameters are saved under its name "
+                         f"('{algo}')")
+    config = from_dict(TrainConfig, rest, extra=SAVED_EXTRA_KEYS, ignore=("overwrite",))
+    if algo not in data:
+        return config
+    params = from_dict(spec.config_class(), data[algo], where=f"{algo}.")
+    return dataclasses.replace(config, algo_params=params)
 
 
 def check_machine_limits(config: TrainConfig) -> None:

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from rl_gpu.algos.base import PhaseTimer, no_phase
 from rl_gpu.algos.population.pbt import PBT
 from rl_gpu.algos.population.ppo import PopulationPPO
+from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.runtime.checkpoint import atomic_write_json
@@ -158,7 +159,7 @@ class MemberTrainer(Trainer):
 
 def check_population(config: TrainConfig) -> None:
     """Refuse what a population cannot run, before anything is written."""
-    if config.algo != "ppo":
+    if not algorithm_spec(config.algo).population:
         raise UsageError(f"--parallel trains populations of PPO only, not --algo {config.algo}: without "
                          "--parallel the seeds run one after another")
     if config.self_play:

@@ -29,6 +29,7 @@ from typing import Any, Self
 import torch
 from torch import Tensor, nn
 
+from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.runtime.checkpoint import CheckpointError
@@ -80,9 +81,9 @@ def check_config(config) -> None:
         if getattr(config, flag, False):
             raise UsageError(f"--{flag.replace('_', '-')} cannot run under torchrun with {k} processes yet (its "
                              "state lives in one process); train it in one process")
-    if config.algo == "neurd":
-        raise UsageError(f"--algo neurd cannot run under torchrun with {k} processes (every process would evaluate "
-                         "the same whole game tree); train it in one process")
+    if not algorithm_spec(config.algo).torchrun:
+        raise UsageError(f"--algo {config.algo} cannot run under torchrun with {k} processes (it trains in one "
+                         "process: each process would repeat the same work); train it in one process")
     for flag, episodes in (("--eval-episodes", config.eval_episodes),
                            ("--final-eval-episodes", config.final_eval_episodes)):
         if episodes < k:

@@ -20,6 +20,7 @@ import os
 
 import torch
 
+from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import EnvSpec
 from rl_gpu.training.config import TrainConfig
@@ -27,8 +28,6 @@ from rl_gpu.training.config import TrainConfig
 BYTES_PER_ELEMENT = 4
 PARAM_COPIES = 6
 SLOT_SCALARS = 12
-DEFAULT_NUM_STEPS = {"ppo": 128, "sac": 1, "td3": 1, "neurd": 1}
-"""T when --num-steps is not given and the task is not turn-based (the algorithm's default)."""
 
 
 def _layer_elements(widths: list[int]) -> int:
@@ -40,7 +39,7 @@ def _num_steps(config: TrainConfig, spec: EnvSpec) -> int:
         return config.num_steps
     if spec.num_players > 1 and spec.episode_horizon is not None:
         return int(spec.episode_horizon)
-    return DEFAULT_NUM_STEPS.get(config.algo, 1)
+    return algorithm_spec(config.algo).default_num_steps
 
 
 def estimate_bytes(config: TrainConfig, spec: EnvSpec) -> int:
@@ -49,7 +48,8 @@ def estimate_bytes(config: TrainConfig, spec: EnvSpec) -> int:
     num_steps = _num_steps(config, spec)
     obs, hidden = spec.obs_size, list(config.hidden_sizes)
     out = max(spec.action_size, 1)
-    storage = config.algo_config().storage_elements(config.num_envs, num_steps, obs, out, tuple(hidden))
+    count = getattr(config.algo_config(), "storage_elements", None)  # an algorithm without big storage has none
+    storage = count(config.num_envs, num_steps, obs, out, tuple(hidden)) if callable(count) else 0
     env_state = config.num_envs * (obs + SLOT_SCALARS)
     params = _layer_elements([obs, *hidden, out]) + _layer_elements([obs, *hidden, 1])
     return (storage + env_state + PARAM_COPIES * params) * BYTES_PER_ELEMENT

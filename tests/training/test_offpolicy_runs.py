@@ -24,9 +24,9 @@ def _config(algo, out, section=None, **kw):
                 solve_threshold=1e9, overwrite=True)
     base.update(kw)
     config = dataclasses.replace(preset_config("Pendulum-v1", algo), **base)
-    section = dataclasses.replace(getattr(config, algo), learning_starts=64, batch_size=16, buffer_size=1024,
+    section = dataclasses.replace(config.algo_params, learning_starts=64, batch_size=16, buffer_size=1024,
                                   updates_per_step=0.5, **(section or {}))
-    return dataclasses.replace(config, **{algo: section})
+    return dataclasses.replace(config, algo_params=section)
 
 
 def _metrics(run_dir):

@@ -1,7 +1,9 @@
-"""Proximal Policy Optimization: config, loss, update and the algorithm object."""
+"""Proximal Policy Optimization: config, loss, update and the algorithm object.
 
-from rl_gpu.algos.ppo.algorithm import PPO
-from rl_gpu.algos.ppo.config import PPOConfig
-from rl_gpu.algos.ppo.update import UpdateMetrics, update_policy
+Its names are imported on first use: reading the hyper-parameters (``ppo.config``) imports no algorithm code."""
 
-__all__ = ["PPO", "PPOConfig", "UpdateMetrics", "update_policy"]
+from rl_gpu.core.lazy import lazy_attributes
+
+_LAZY = {"PPO": "algorithm", "PPOConfig": "config", "UpdateMetrics": "update", "update_policy": "update"}
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

@@ -1,6 +1,9 @@
-"""Soft actor-critic: config, loss and the algorithm object."""
+"""Soft actor-critic: config, loss and the algorithm object.
 
-from rl_gpu.algos.sac.algorithm import SAC
-from rl_gpu.algos.sac.config import SACConfig
+Its names are imported on first use: reading the hyper-parameters (``sac.config``) imports no algorithm code."""
 
-__all__ = ["SAC", "SACConfig"]
+from rl_gpu.core.lazy import lazy_attributes
+
+_LAZY = {"SAC": "algorithm", "SACConfig": "config"}
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

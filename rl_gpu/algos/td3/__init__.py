@@ -1,6 +1,9 @@
-"""Twin delayed DDPG: config, loss and the algorithm object."""
+"""Twin delayed DDPG: config, loss and the algorithm object.
 
-from rl_gpu.algos.td3.algorithm import TD3
-from rl_gpu.algos.td3.config import TD3Config
+Its names are imported on first use: reading the hyper-parameters (``td3.config``) imports no algorithm code."""
 
-__all__ = ["TD3", "TD3Config"]
+from rl_gpu.core.lazy import lazy_attributes
+
+_LAZY = {"TD3": "algorithm", "TD3Config": "config"}
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

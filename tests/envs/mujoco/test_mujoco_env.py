@@ -129,7 +129,7 @@ def test_a_training_run_logs_each_reward_term(tmp_path):
     config = TrainConfig(
         env=f"{__name__}:ShortCheetah", output=tmp_path / "run", num_envs=4, num_steps=25, max_updates=4, min_updates=1,
         eval_every=4, eval_episodes=4, final_eval_episodes=4, device="cpu", log_every=1, quiet=True,
-        normalize_obs=True, solve_threshold=1e9, ppo=PPOConfig(num_minibatches=4, update_epochs=1, norm_reward=True),
+        normalize_obs=True, solve_threshold=1e9, algo_params=PPOConfig(num_minibatches=4, update_epochs=1, norm_reward=True),
     )
     (result,) = train(config, display="off")
     lines = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]

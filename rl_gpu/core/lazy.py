@@ -1,0 +1,21 @@
+"""Package attributes imported on first use (PEP 562), so that importing a package imports none of its heavy
+modules until one of their names is asked for."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+
+
+def lazy_attributes(package: str, names: Mapping[str, str]) -> tuple[Callable, Callable]:
+    """``(__getattr__, __dir__)`` for ``package``, whose attribute ``name`` is ``names[name]``'s (a submodule
+    relative to ``package``, such as ``"algorithm"``)."""
+    def getattr_(name: str):
+        if name in names:
+            return getattr(importlib.import_module(f"{package}.{names[name]}"), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def dir_() -> list[str]:
+        return sorted({*vars(importlib.import_module(package)), *names})
+
+    return getattr_, dir_
