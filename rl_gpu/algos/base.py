@@ -68,6 +68,8 @@ class Setup:
     """Normalise observations by running statistics kept in the policy (and so in its exports)."""
     init_log_std: float = 0.0
     """Continuous actions: initial log standard deviation of a Gaussian policy."""
+    policy: str = "auto"
+    """The policy kind to build (:mod:`rl_gpu.nn.kinds`), for algorithms that take any (``auto``: their own)."""
     compile: str = "off"
     """``off``, ``inductor`` or ``cudagraphs`` (already resolved for the device)."""
 

@@ -57,6 +57,9 @@ class AlgorithmSpec:
     """Trains for ``--total-timesteps`` (else only for ``--max-updates``)."""
     compile_modes: tuple[str, ...] = COMPILE_MODES
     """The ``--compile`` modes it has (``off`` always; ``auto`` resolves to one of them)."""
+    policies: bool = False
+    """Trains a policy of any registered kind (``--policy KIND``; :mod:`rl_gpu.nn.kinds`), built through
+    ``Setup.policy``; otherwise it builds its own and ``--policy`` is refused."""
     check: str | None = None
     """``"module:function"``: ``check(config)`` raises ``UsageError`` for other settings it cannot run."""
 
@@ -105,7 +108,14 @@ class AlgorithmSpec:
                    (config.total_timesteps is not None and not self.step_budget, "--total-timesteps",
                     "it trains for --max-updates iterations"),
                    (config.compile not in ("auto", *self.compile_modes), f"--compile {config.compile}",
-                    f"its modes are {', '.join(self.compile_modes)}")]
+                    f"its modes are {', '.join(self.compile_modes)}"),
+                   (config.policy != "auto" and not self.policies, f"--policy {config.policy}",
+                    "it builds its own networks")]
+        if config.policy != "auto":
+            refused += [(config.self_play, f"--self-play with --policy {config.policy}",
+                         "the league's opponents are the built-in actor-critics"),
+                        (config.parallel, f"--parallel with --policy {config.policy}",
+                         "a population stacks the built-in actor-critics")]
         for bad, flag, why in refused:
             if bad:
                 raise UsageError(f"{flag} does not apply to --algo {self.name} ({why}): drop it")
@@ -157,7 +167,7 @@ def make_algorithm(name: str, setup: Any, config: Any) -> Any:
 register_algorithm(AlgorithmSpec(
     name="ppo", config="rl_gpu.algos.ppo.config:PPOConfig", factory="rl_gpu.algos.ppo.algorithm:PPO",
     summary="proximal policy optimisation (on-policy; discrete or continuous actions)",
-    self_play=True, population=True))
+    self_play=True, population=True, policies=True))
 register_algorithm(AlgorithmSpec(
     name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
     summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1))

@@ -22,7 +22,6 @@ deterministic=True).action`` (clamped to the bounds when they are given).
 from __future__ import annotations
 
 import contextlib
-import copy
 import importlib.util
 import io
 import json
@@ -34,28 +33,11 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from rl_gpu.nn.actor_critic import ActorCritic, GaussianActorCritic
-from rl_gpu.nn.layers import MLP, Tanh
-from rl_gpu.nn.squashed import SquashedActor
+from rl_gpu.nn.deploy import DeployedActor
 from rl_gpu.runtime.files import atomic_write_bytes, check_writable
 
 FORMATS = ("onnx", "torchscript")
 SUFFIXES = {".onnx": "onnx", ".pt": "torchscript", ".pth": "torchscript", ".ts": "torchscript"}
-LOWEST_FLOAT32 = float(torch.finfo(torch.float32).min)
-"""Masked logits get the lowest finite float32, as :func:`rl_gpu.nn.distributions.mask_logits` does."""
-
-
-def _with_exact_tanh(module: nn.Module) -> nn.Module:
-    """Replace each :class:`rl_gpu.nn.layers.MLP` (whose CPU sigmoid form agrees with ``tanh`` to about 1e-6)
-    by the plain ``nn.Sequential`` of the same layers, which TorchScript can script, and each
-    :class:`rl_gpu.nn.layers.Tanh` marker by ``nn.Tanh``, so the exported model holds only PyTorch's modules."""
-    if isinstance(module, Tanh):
-        return nn.Tanh()
-    if isinstance(module, MLP):
-        module = nn.Sequential(*module)
-    for name, child in module.named_children():
-        setattr(module, name, _with_exact_tanh(child))
-    return module
 
 
 class ExportError(ValueError):
@@ -65,50 +47,28 @@ class ExportError(ValueError):
 class DeterministicPolicy(nn.Module):
     """``obs [N, O]`` (and an optional ``action_mask [N, A]``) -> deterministic action, self-contained.
 
-    Built from copies of an :class:`~rl_gpu.nn.actor_critic.ActorCritic`,
-    :class:`~rl_gpu.nn.actor_critic.GaussianActorCritic` or off-policy actor
-    (:class:`~rl_gpu.nn.squashed.SquashedActor`) on the CPU in float32; the policy given is neither moved nor
-    modified. ``action_low`` / ``action_high`` (``D`` values each, continuous policies only, both or
-    neither) clamp the action to the environment's bounds inside the model, so a deployment needs no clipping
-    of its own.
+    Built from the policy's own :meth:`export_module` (a :class:`~rl_gpu.nn.deploy.DeployedActor`: CPU float32
+    copies, the normaliser folded in), so any registered policy kind exports; the policy given is neither moved
+    nor modified. ``action_low`` / ``action_high`` (``D`` values each, continuous policies only, both or neither)
+    clamp the action to the environment's bounds inside the model, so a deployment needs no clipping of its own.
     """
 
     def __init__(self, policy: nn.Module, action_low: Sequence[float] | Tensor | None = None,
                  action_high: Sequence[float] | Tensor | None = None) -> None:
         super().__init__()
-        if not isinstance(policy, (ActorCritic, GaussianActorCritic, SquashedActor)):
-            raise ExportError(
-                f"cannot export a {type(policy).__name__}: expected an rl_gpu actor-critic policy"
-            )
-        self.actor = _with_exact_tanh(copy.deepcopy(policy.actor)).cpu().float().eval()
-        self.discrete = not bool(policy.is_continuous)
-        self.masked_logit = LOWEST_FLOAT32
-        self.obs_dim = int(policy.obs_dim)
-        self.num_actions = int(policy.num_actions) if self.discrete else 0
-        self.action_dim = 0 if self.discrete else int(policy.action_dim)
-        # Off-policy actors: the first D outputs are the pre-squash mean, mapped into the bounds by tanh.
-        self.squash = isinstance(policy, SquashedActor)
-        squash_scale, squash_bias = ((policy.action_scale, policy.action_bias) if self.squash
-                                     else (torch.zeros(0), torch.zeros(0)))
-        self.register_buffer("squash_scale", squash_scale.detach().cpu().float().clone())
-        self.register_buffer("squash_bias", squash_bias.detach().cpu().float().clone())
-        rms = policy.obs_rms
-        self.normalize = rms is not None and float(rms.count) > 0
-        if self.normalize:
-            mean = rms.mean.detach().cpu()
-            scale = torch.rsqrt(rms.var.detach().cpu() + rms.epsilon)
-            self.clip = float(rms.clip)
-        else:
-            mean, scale = torch.zeros(self.obs_dim), torch.ones(self.obs_dim)
-            self.clip = 0.0
-        self.register_buffer("obs_mean", mean.float().clone())
-        self.register_buffer("obs_scale", scale.float().clone())
+        export = getattr(type(policy), "export_module", None)
+        core = export(policy) if callable(export) else None
+        if not isinstance(core, DeployedActor):
+            raise ExportError(f"cannot export a {type(policy).__name__}: a policy exports through its "
+                              "export_module(), which returns an rl_gpu.nn.deploy.DeployedActor")
+        self.core = core
+        self.discrete = core.discrete
+        self.obs_dim, self.num_actions, self.action_dim = core.obs_dim, core.num_actions, core.action_dim
+        self.squash, self.normalize = core.squash, core.normalize
         self.clip_actions = action_low is not None or action_high is not None
         low, high = self._bounds(action_low, action_high)
         self.register_buffer("action_low", low)
         self.register_buffer("action_high", high)
-        for parameter in self.parameters():
-            parameter.requires_grad_(False)
 
     def _bounds(self, low: Sequence[float] | Tensor | None,
                 high: Sequence[float] | Tensor | None) -> tuple[Tensor, Tensor]:
@@ -130,20 +90,11 @@ class DeterministicPolicy(nn.Module):
 
     def forward(self, obs: Tensor, action_mask: Tensor | None = None) -> Tensor:
         """The deterministic action for each row of ``obs``."""
-        x = obs
-        if self.normalize:
-            x = ((x - self.obs_mean) * self.obs_scale).clamp(-self.clip, self.clip)
-        out = self.actor(x)
-        if self.squash:
-            out = self.squash_bias + self.squash_scale * torch.tanh(out[:, : self.action_dim])
-        if not self.discrete:
-            if self.clip_actions:
-                # max/min rather than clamp with tensor bounds: ONNX's Clip takes scalar bounds only.
-                out = torch.minimum(torch.maximum(out, self.action_low), self.action_high)
-            return out
-        if action_mask is not None:
-            out = out.masked_fill(~action_mask, self.masked_logit)
-        return out.argmax(-1)
+        out = self.core(obs, action_mask)
+        if self.clip_actions:
+            # max/min rather than clamp with tensor bounds: ONNX's Clip takes scalar bounds only.
+            out = torch.minimum(torch.maximum(out, self.action_low), self.action_high)
+        return out
 
     def describe(self) -> dict:
         """Inputs, output and sizes, stored with the exported model as metadata."""

@@ -17,23 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rl_gpu.nn.actor_critic import build_policy
+from rl_gpu.nn.kinds import policy_kind, policy_kind_names
 from rl_gpu.runtime.checkpoint import CheckpointError, load_checkpoint, policy_part
-
-_SQUASHED_KEYS = {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize_obs": bool,
-                  "action_low": "bounds", "action_high": "bounds"}
-POLICY_KEYS = {
-    "categorical": {"obs_dim": int, "num_actions": int, "hidden_sizes": list, "normalize_obs": bool,
-                    "critic_obs_dim": int},
-    "gaussian": {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize_obs": bool,
-                 "init_log_std": float, "critic_obs_dim": int},
-    "squashed_gaussian": _SQUASHED_KEYS,
-    "deterministic": {**_SQUASHED_KEYS, "exploration_noise": float},
-}
-REQUIRED_KEYS = {"categorical": ("obs_dim", "num_actions"), "gaussian": ("obs_dim", "action_dim"),
-                 "squashed_gaussian": ("obs_dim", "action_dim", "action_low", "action_high"),
-                 "deterministic": ("obs_dim", "action_dim", "action_low", "action_high")}
-
 
 def _unusable(path: Path, why: str) -> CheckpointError:
     return CheckpointError(f"{path}: checkpoint does not hold a usable policy ({why})")
@@ -46,13 +31,16 @@ def _finite_number(value: Any) -> bool:
 def _checked_config(config: dict, path: Path, num_tensors: int) -> dict:
     """``policy_config`` with its kind, keys and value types checked (sizes: against the weights)."""
     kind = config.get("kind")
-    if not isinstance(kind, str) or kind not in POLICY_KEYS:
-        raise _unusable(path, f"unknown policy kind {kind!r}; known: {', '.join(map(repr, POLICY_KEYS))}")
-    allowed = POLICY_KEYS[kind]
+    if not isinstance(kind, str) or kind not in policy_kind_names():
+        raise _unusable(path, f"unknown policy kind {str(kind)[:40]!r}; known: "
+                        f"{', '.join(map(repr, policy_kind_names()))} (a kind of your own loads where it is "
+                        "registered: rl_gpu.nn.kinds.register_policy_kind)")
+    spec = policy_kind(kind)
+    allowed = dict(spec.keys)
     unknown = sorted(set(config) - set(allowed) - {"kind"})
     if unknown:
         raise _unusable(path, f"policy_config has unknown entries {unknown[:5]}")
-    missing = [k for k in REQUIRED_KEYS[kind] if k not in config]
+    missing = [k for k in spec.required if k not in config]
     if missing:
         raise _unusable(path, f"policy_config lacks {', '.join(missing)}")
     for key, value in config.items():
@@ -66,13 +54,14 @@ def _checked_config(config: dict, path: Path, num_tensors: int) -> dict:
         if expected == "bounds" and (not isinstance(value, (list, tuple)) or len(value) > 4096
                                      or not all(_finite_number(v) for v in value)):
             raise _unusable(path, f"policy_config {key} is {str(value)[:80]}, expected a list of finite numbers")
-    hidden = config.get("hidden_sizes", [64, 64])
-    # Each hidden layer holds a weight and a bias in the actor and in the critic: more layers than the stored
-    # tensors could fill is a mismatch, found before building anything.
-    if (not isinstance(hidden, (list, tuple)) or len(hidden) > num_tensors
-            or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0 for h in hidden)):
-        raise _unusable(path, f"policy_config hidden_sizes is {str(hidden)[:80]}, expected a list of "
-                        "positive integers matching the stored weights")
+    for key in [k for k, kind in allowed.items() if kind is list and k in config]:
+        sizes = config[key]
+        # Each hidden layer holds at least a weight: more layers than the stored tensors could fill is a
+        # mismatch, found before building anything.
+        if (not isinstance(sizes, (list, tuple)) or len(sizes) > num_tensors
+                or any(isinstance(h, bool) or not isinstance(h, int) or h <= 0 for h in sizes)):
+            raise _unusable(path, f"policy_config {key} is {str(sizes)[:80]}, expected a list of positive "
+                            "integers matching the stored weights")
     return dict(config)
 
 
@@ -84,7 +73,7 @@ def rebuild_policy(config: Any, state: dict[str, Tensor], path: str | Path,
     config = _checked_config(config, path, len(state))
     try:
         with torch.device("meta"):
-            skeleton = build_policy(config)
+            skeleton = policy_kind(config["kind"]).build(config)
     except (TypeError, ValueError) as e:
         raise _unusable(path, f"policy_config {str(e).strip()[:160]}") from None
     expected = skeleton.state_dict()

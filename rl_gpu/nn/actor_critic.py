@@ -25,9 +25,9 @@ from torch import Tensor, nn
 
 from rl_gpu.core.types import EnvSpec, PolicyOutput
 from rl_gpu.nn import distributions as D
+from rl_gpu.nn.deploy import DeployedActor
 from rl_gpu.nn.layers import mlp
 from rl_gpu.nn.normalization import RunningMeanStd
-from rl_gpu.nn.squashed import DeterministicActor, SquashedGaussianActor
 
 
 class _ActorCriticBase(nn.Module):
@@ -102,6 +102,12 @@ class _ActorCriticBase(nn.Module):
         """``(actor output [N, A] logits (unmasked) or [N, D] Gaussian mean, value [N])``."""
         x = self.preprocess(obs)
         return self.actor(x), self.critic(self._critic_input(x, critic_obs)).squeeze(-1)
+
+    def export_module(self) -> DeployedActor:
+        """The deterministic action (the legal argmax, or the Gaussian's mean) as plain PyTorch, the normaliser
+        folded in."""
+        sizes = {"action_dim": self.action_dim} if self.is_continuous else {"num_actions": self.num_actions}
+        return DeployedActor(self.actor, self.obs_dim, obs_rms=self.obs_rms, **sizes)
 
     def _config_extra(self) -> dict:
         """Config entries of an asymmetric critic (none otherwise: such checkpoints are unchanged)."""
@@ -240,29 +246,26 @@ class GaussianActorCritic(_ActorCriticBase):
                 "normalize_obs": self.normalize_obs, **self._config_extra()}
 
 
-SQUASHED_KINDS = {"squashed_gaussian": SquashedGaussianActor, "deterministic": DeterministicActor}
-"""Policy kinds of the off-policy actors (:mod:`rl_gpu.nn.squashed`) -> their classes."""
-
-
 def build_policy(config: dict) -> nn.Module:
-    """Rebuild a policy from its :meth:`config` dictionary (as stored in checkpoints)."""
-    kind = config.get("kind")
-    kwargs = {k: v for k, v in config.items() if k != "kind"}
-    if kind == "categorical":
-        return ActorCritic(**kwargs)
-    if kind == "gaussian":
-        return GaussianActorCritic(**kwargs)
-    if kind in SQUASHED_KINDS:
-        return SQUASHED_KINDS[kind](**kwargs)
-    raise ValueError(f"unknown policy kind {kind!r}; known: 'categorical', 'gaussian', "
-                     f"{', '.join(map(repr, SQUASHED_KINDS))}")
+    """Rebuild a policy from its :meth:`config` dictionary (as stored in checkpoints), through the registry of
+    policy kinds (:mod:`rl_gpu.nn.kinds`)."""
+    from rl_gpu.nn.kinds import build_policy as build
+
+    return build(config)
 
 
 def policy_for_env(
-    spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), normalize_obs: bool = False, init_log_std: float = 0.0
+    spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), normalize_obs: bool = False, init_log_std: float = 0.0,
+    kind: str = "auto",
 ) -> nn.Module:
     """A fresh actor-critic sized for an environment's :class:`~rl_gpu.core.types.EnvSpec` (flat
-    observations); with a ``critic`` observation group, the critic reads ``concat(policy obs, critic obs)``."""
+    observations); with a ``critic`` observation group, the critic reads ``concat(policy obs, critic obs)``.
+    ``kind``: a registered policy kind (:mod:`rl_gpu.nn.kinds`) to build instead; ``auto``: categorical for
+    discrete actions, Gaussian for continuous ones."""
+    if kind != "auto":
+        from rl_gpu.nn.kinds import policy_kind
+
+        return policy_kind(kind).for_environment(spec, hidden_sizes, normalize_obs, init_log_std)
     critic = spec.critic_obs_size
     if spec.is_continuous:
         return GaussianActorCritic(spec.obs_size, spec.action_size, hidden_sizes, init_log_std, normalize_obs,

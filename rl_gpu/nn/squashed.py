@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from rl_gpu.core.types import PolicyOutput
 from rl_gpu.nn import distributions as D
+from rl_gpu.nn.deploy import DeployedActor
 from rl_gpu.nn.layers import relu_mlp
 from rl_gpu.nn.normalization import RunningMeanStd
 
@@ -90,6 +91,11 @@ class SquashedActor(nn.Module):
     def value(self, obs: Tensor) -> Tensor:
         """``[N]`` zeros: the critics are the algorithm's, not the policy's."""
         return torch.zeros(obs.shape[0], device=obs.device)
+
+    def export_module(self) -> DeployedActor:
+        """The deterministic action (the squashed mean) as plain PyTorch, the normaliser folded in."""
+        return DeployedActor(self.actor, self.obs_dim, action_dim=self.action_dim, obs_rms=self.obs_rms,
+                             squash=(self.action_scale, self.action_bias))
 
     def _config(self, kind: str) -> dict:
         return {"kind": kind, "obs_dim": self.obs_dim, "action_dim": self.action_dim,

@@ -19,6 +19,7 @@ from rl_gpu.algos.registry import algorithm_names, algorithm_spec
 from rl_gpu.core.device import check_threads
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name, from_dict
+from rl_gpu.nn.kinds import policy_kind_names
 
 DEFAULT_ENV = "RussianRoulette-v0"
 
@@ -77,6 +78,9 @@ class TrainConfig:
     """decay the learning rate linearly to 0 over --max-updates (over --total-timesteps when given)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """hidden layer widths of the actor and of the critic (of each critic, for SAC and TD3)"""
+    policy: str = "auto"
+    """policy kind (rl_gpu.nn.kinds): auto = the algorithm's own for the environment's actions; or a registered
+    kind, such as one of your own (PPO: categorical, gaussian, or yours)"""
     normalize_obs: bool = False
     """normalise observations by running mean and variance (statistics saved with the policy)"""
     init_log_std: float = 0.0
@@ -194,6 +198,9 @@ class TrainConfig:
         if not -20.0 <= self.init_log_std <= 20.0:
             # exp(log std) must stay a usable float32 standard deviation.
             raise UsageError(f"--init-log-std must be between -20 and 20, got {self.init_log_std!r}")
+        if self.policy != "auto" and self.policy not in policy_kind_names():
+            raise UsageError(f"--policy {self.policy!r} is not a registered policy kind; known: auto, "
+                             f"{', '.join(policy_kind_names())}")
         spec = algorithm_spec(self.algo)
         params_class = spec.config_class()
         if self.algo_params is None:

@@ -93,7 +93,7 @@ class Trainer(CheckpointMixin):
                 env=self.env, seed=ranks.algorithm_seed(seed), learning_rate=config.learning_rate,
                 anneal_lr=config.anneal_lr,
                 num_steps=config.num_steps, hidden_sizes=tuple(config.hidden_sizes),
-                normalize_obs=config.normalize_obs, init_log_std=config.init_log_std,
+                normalize_obs=config.normalize_obs, init_log_std=config.init_log_std, policy=config.policy,
                 compile=resolve_compile(ranks.resolve_compile(config.compile, self.device), self.device),
             )
             self.algo = make_algorithm(config.algo, setup, config.algo_config())

@@ -104,7 +104,8 @@ class PPO(LearningRateSchedule):
     def from_setup(cls, setup: Setup, config: PPOConfig) -> PPO:
         """The runner's constructor: an actor-critic sized for ``setup.env``, bound to it."""
         env = setup.env
-        policy = policy_for_env(env.spec, setup.hidden_sizes, setup.normalize_obs, setup.init_log_std)
+        policy = policy_for_env(env.spec, setup.hidden_sizes, setup.normalize_obs, setup.init_log_std,
+                                kind=setup.policy)
         policy = policy.to(env.device)
         return cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
