@@ -12,6 +12,11 @@ Two modes:
   every game finishes inside the rollout and the steps after a row's game are padding. ``weight`` is 1 exactly
   for learner decisions in a live game, and rewards are the learner seat's.
 
+A recurrent learner (:mod:`rl_gpu.nn.memory`) acts with an explicit state: it starts at ``policy_state`` (else,
+and in episodic mode, its ``initial_state``), is reset to the initial state in exactly the rows whose episode
+ended, and advances only on the learner's own turns; the rollout records the state before its first step
+(``policy_state0``) and after its last (``policy_state``, where the next rollout continues).
+
 An environment with a ``critic`` observation group (``StepResult.critic_obs``) has it recorded in the rollout
 and handed to the learner's ``act`` and ``value`` as ``critic_obs=`` (an asymmetric critic's values, the
 truncation bootstrap from ``final_critic_obs`` included); without one the policy is called exactly as before.
@@ -19,13 +24,17 @@ truncation bootstrap from ``final_critic_obs`` included); without one the policy
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from rl_gpu.collect.seats import seat_column
 from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.data.rollout import Rollout
+from rl_gpu.core.pytree import tree_where
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
+from rl_gpu.nn.memory import is_recurrent, reset_state
 
 
 @torch.no_grad()
@@ -40,6 +49,7 @@ def collect(
     opponent_rng: torch.Generator | None = None,
     learner_seat: Tensor | None = None,
     deterministic: bool = False,
+    policy_state: Any = None,
 ) -> Rollout:
     """Run ``num_steps`` batched steps of ``env`` and return them as a :class:`Rollout`.
 
@@ -53,6 +63,8 @@ def collect(
         opponent_rng: generator for the opponent's sampling and the seat draw.
         learner_seat: ``[N]`` seats for the learner; default: uniform at random per row (seat 0 if P = 1).
         deterministic: the learner takes its most probable action instead of sampling.
+        policy_state: a recurrent learner's state at the first step (continuing mode: the previous rollout's
+            ``policy_state``); None, and always in episodic mode: its ``initial_state``.
     """
     if env.num_players > 1 and not episodic:
         raise ValueError(
@@ -65,10 +77,19 @@ def collect(
     opponent = opponent if opponent is not None else UniformRandomPolicy()
     live = torch.ones(n, dtype=torch.bool, device=device)
     record: dict[str, list[Tensor]] = {k: [] for k in Rollout.__dataclass_fields__}
+    recurrent = is_recurrent(policy)
+    initial = policy.initial_state(n) if recurrent else None
+    state = initial if episodic or policy_state is None else policy_state
+    state0 = state
     for _ in range(num_steps):
-        out = policy.act(step.obs, step.action_mask, policy_rng, deterministic, **critic_kwargs(step.critic_obs))
-        action = out.action
         learner_turn = step.current_player == learner_seat
+        if recurrent:
+            out, after = policy.act_with_state(step.obs, state, step.action_mask, policy_rng, deterministic,
+                                               **critic_kwargs(step.critic_obs))
+            after = tree_where(learner_turn, after, state) if env.num_players > 1 else after
+        else:
+            out = policy.act(step.obs, step.action_mask, policy_rng, deterministic, **critic_kwargs(step.critic_obs))
+        action = out.action
         if env.num_players > 1:
             other = opponent.act(step.obs, step.action_mask, opponent_rng)
             action = torch.where(learner_turn, action, other.action)
@@ -87,8 +108,10 @@ def collect(
         ep_return = seat_column(step.episode_return, learner_seat)
         terminated, truncated = step.terminated & live, step.truncated & live
         if env.max_episode_steps is not None:
-            final_value = torch.where(
-                truncated, policy.value(step.final_obs, **critic_kwargs(step.final_critic_obs)), 0.0)
+            final_critic = critic_kwargs(step.final_critic_obs)
+            final = (policy.value_with_state(step.final_obs, after, **final_critic) if recurrent
+                     else policy.value(step.final_obs, **final_critic))
+            final_value = torch.where(truncated, final, 0.0)
         else:
             final_value = torch.zeros_like(reward)
         done = terminated | truncated
@@ -100,13 +123,18 @@ def collect(
         record["episode_length"].append(torch.where(done, step.episode_length, 0))
         if episodic:
             live = live & ~done
+        if recurrent:
+            state = reset_state(step.done, initial, after)
 
     stacked = {k: torch.stack(v) for k, v in record.items() if v}
     if episodic:
         bootstrap = torch.zeros(n, device=device)
+    elif recurrent:
+        bootstrap = policy.value_with_state(step.obs, state, **critic_kwargs(step.critic_obs))
     else:
         bootstrap = policy.value(step.obs, **critic_kwargs(step.critic_obs))
-    return Rollout(**stacked, bootstrap_value=bootstrap, learner_seat=learner_seat)
+    return Rollout(**stacked, bootstrap_value=bootstrap, learner_seat=learner_seat, policy_state0=state0,
+                   policy_state=state)
 
 
 def critic_kwargs(critic_obs: Tensor | None) -> dict[str, Tensor]:

@@ -7,6 +7,7 @@ D = continuous action dimensions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -57,6 +58,12 @@ class Rollout:
     """``[T, N, C]`` float32: the ``critic`` group's privileged observation alongside ``obs`` (what an asymmetric
     critic reads with it), for environments with that group; None otherwise. ``value`` and ``final_value`` were
     computed from it at collection time."""
+    policy_state0: Any = None
+    """A recurrent learner's state before the first step (``[N, ...]`` tensors; what replaying the rollout's
+    sequences starts from); None for feed-forward policies."""
+    policy_state: Any = None
+    """A recurrent learner's state after the last step, episode ends reset (where the next rollout continues);
+    None for feed-forward policies."""
 
     @property
     def observations(self) -> Tensor:

@@ -26,6 +26,7 @@ from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.nn.normalization import RewardNormalizer
 from rl_gpu.runtime.compile import GraphedFunction, compile_unit, resolve_compile
 
@@ -106,6 +107,10 @@ class PPO(LearningRateSchedule):
         env = setup.env
         policy = policy_for_env(env.spec, setup.hidden_sizes, setup.normalize_obs, setup.init_log_std,
                                 kind=setup.policy)
+        if is_recurrent(policy):
+            raise ValueError(f"--policy {setup.policy} is recurrent, and PPO does not train recurrent policies yet "
+                             "(its minibatches are single steps, not sequences); its collector and evaluation "
+                             "carry the state (rl_gpu.nn.memory)")
         policy = policy.to(env.device)
         return cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
