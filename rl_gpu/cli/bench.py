@@ -56,7 +56,7 @@ from rl_gpu.training.config import MAX_NUM_STEPS
 from rl_gpu.collect.stepper import EnvStepper
 from rl_gpu.data.rollout import empty_rollout
 from rl_gpu.envs.registry import make
-from rl_gpu.runtime.files import atomic_write_bytes, check_writable
+from rl_gpu.runtime.files import atomic_write_bytes, check_output as check_output_file
 
 PROG = "rl-gpu bench"
 MAX_NUM_ENVS = 2**21
@@ -331,7 +331,7 @@ def check_output(path: Path) -> None:
     """Refuse ``--output`` before anything is measured when writing it would replace something that is not a
     results file: anything but a regular file (a directory, ``/dev/null``), or an existing file that is not JSON
     (a checkpoint, a script)."""
-    target = check_writable(path)
+    target = check_output_file(path)
     if not target.exists():
         return
     try:

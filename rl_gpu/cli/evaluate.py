@@ -154,7 +154,7 @@ def _evaluate(config: EvaluateConfig) -> int:
     from rl_gpu.interop.policy_io import load_policy
     from rl_gpu.nn.actor_critic import UniformRandomPolicy
     from rl_gpu.runtime.checkpoint import CheckpointError
-    from rl_gpu.runtime.files import atomic_write_json, check_writable
+    from rl_gpu.runtime.files import atomic_write_json, check_output
     from rl_gpu.training.evaluation import evaluate_policy
 
     try:
@@ -166,7 +166,7 @@ def _evaluate(config: EvaluateConfig) -> int:
     inputs = [config.checkpoint]
     try:
         if config.json_output is not None:
-            check_writable(config.json_output, inputs)
+            check_output(config.json_output, inputs)
         if config.video is not None:
             from rl_gpu.interop.video import check_video_path
 

@@ -18,7 +18,7 @@ from rl_gpu.core.seeding import derive_seed
 from rl_gpu.interop.export import SUFFIXES, DeterministicPolicy, ExportError, policy_bytes
 from rl_gpu.interop.policy_io import load_policy
 from rl_gpu.runtime.checkpoint import CheckpointError
-from rl_gpu.runtime.files import atomic_write_bytes, check_writable
+from rl_gpu.runtime.files import atomic_write_bytes, check_output
 
 PROG = "rl-gpu export"
 
@@ -112,7 +112,7 @@ def _export(config: ExportConfig) -> int:
         fmt = config.resolved_format()
         if config.quantize is not None and fmt != "onnx":
             raise ExportError(f"--quantize {config.quantize} applies to ONNX exports; this one is {fmt}")
-        check_writable(config.output, [config.checkpoint])
+        check_output(config.output, [config.checkpoint])
         policy, payload = load_policy(config.checkpoint, torch.device("cpu"))
         if config.clip_actions or config.quantize:
             check_trusted_env(payload.get("env_id"), config.checkpoint, config.trust_env)

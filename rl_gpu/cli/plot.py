@@ -25,7 +25,7 @@ import tyro
 
 from rl_gpu.cli.parsing import fail, parse
 from rl_gpu.core.errors import UsageError
-from rl_gpu.runtime.files import atomic_write_bytes, check_writable
+from rl_gpu.runtime.files import atomic_write_bytes, check_output
 
 PROG = "rl-gpu plot"
 SEED_DIR = re.compile(r"seed-\d+")
@@ -265,7 +265,7 @@ def plot_runs(
     """Write the learning curves of the runs named by ``paths`` to ``output``; returns the metrics drawn.
 
     Raises :class:`PlotError` for a missing directory, a run without metrics, metrics no run has, or an output
-    that is not ours to replace (:func:`rl_gpu.runtime.files.check_writable`; a run's own files included).
+    that is not ours to replace (:func:`rl_gpu.runtime.files.check_output`: a run's own files included).
     Text (title, labels, run names) is drawn as given: a ``$`` is not mathtext.
     """
     try:
@@ -279,7 +279,7 @@ def plot_runs(
     run_paths = find_runs(paths)
     inputs = [p / "metrics.jsonl" for p in run_paths]
     try:
-        check_writable(output, inputs)
+        check_output(output, inputs)
     except UsageError as e:
         raise PlotError(str(e)) from None
     fmt = image_format(output)

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.nn.deploy import DeployedActor
-from rl_gpu.runtime.files import atomic_write_bytes, check_writable
+from rl_gpu.runtime.files import atomic_write_bytes, check_output
 
 FORMATS = ("onnx", "torchscript")
 SUFFIXES = {".onnx": "onnx", ".pt": "torchscript", ".pth": "torchscript", ".ts": "torchscript"}
@@ -217,8 +217,8 @@ def export_policy(policy: nn.Module, output: Path, fmt: str, metadata: dict | No
                   inputs: Sequence[str | Path] = ()) -> Path:
     """Write ``policy``'s deployable model to ``output`` atomically, as ``fmt`` (onnx or torchscript), with
     continuous actions clamped to ``[action_low, action_high]`` when given. ``output`` must be a regular file
-    or not exist, and none of ``inputs`` (:func:`rl_gpu.runtime.files.check_writable`)."""
-    check_writable(output, inputs)
+    or not exist, and none of ``inputs`` (:func:`rl_gpu.runtime.files.check_output`: never a run's own files)."""
+    check_output(output, inputs)
     data = policy_bytes(policy, fmt, metadata, action_low=action_low, action_high=action_high)
     atomic_write_bytes(Path(output), data, inputs)
     return Path(output)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from rl_gpu.core.errors import UsageError
-from rl_gpu.runtime.files import FileWriteError, atomic_write_bytes, check_writable
+from rl_gpu.runtime.files import FileWriteError, atomic_write_bytes, check_output
 
 DEFAULT_SIZE = 480
 """Width and height of the frames, in pixels."""
@@ -74,7 +74,7 @@ def check_video_path(path: str | Path, inputs: Sequence[str | Path] = (), overwr
     if os.path.islink(path):
         raise FileWriteError(f"{flag} {path}: is a symbolic link; refusing to write through it (choose another "
                              "path)")
-    check_writable(path, inputs)
+    check_output(path, inputs)
     if os.path.lexists(path) and not overwrite:
         raise FileWriteError(f"{flag} {path}: exists; pass --overwrite-video to replace it, or choose another "
                              "path")

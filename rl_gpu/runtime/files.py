@@ -135,6 +135,19 @@ def check_writable(path: str | Path, inputs: Sequence[str | Path] = ()) -> Path:
     return target
 
 
+def check_output(path: str | Path, inputs: Sequence[str | Path] = ()) -> Path:
+    """:func:`check_writable` for what a command other than ``train`` writes (an export, a report, a figure, a
+    video, benchmark results): a run's own files are refused too (its checkpoints, configuration, metrics,
+    summary, TensorBoard events, and anything inside a run folder a live process is training:
+    :func:`rl_gpu.runtime.run_files.run_file_reason`)."""
+    from rl_gpu.runtime.run_files import run_file_reason
+
+    why = run_file_reason(path)
+    if why is not None:
+        raise FileWriteError(f"{path}: refusing to write there, {why}; choose another path")
+    return check_writable(path, inputs)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes, inputs: Sequence[str | Path] = ()) -> None:
     """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one, never a mix.
 

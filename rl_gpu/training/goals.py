@@ -17,6 +17,7 @@ from rl_gpu.training.evaluation import EvalResult, improvement_z
 
 class Goal(Protocol):
     headline: str
+    can_pass: bool
     """Name of the training statistic shown in progress lines and logged per update."""
     source: str
     """The algorithm's collection metric the headline is read from (``episode_return`` or ``win_rate``)."""
@@ -41,6 +42,8 @@ class BestReturn:
     headline: str = "episode_return"
     source: str = "episode_return"
     multi_player: bool = False
+    can_pass: bool = False
+    """Whether a validation can pass (else only the run's limit ends it, and no streak is shown)."""
 
     def score(self, result: EvalResult) -> float:
         return result.mean_return
@@ -57,6 +60,7 @@ class ReturnThreshold(BestReturn):
     """Single-player tasks: a validation passes when the mean episode return reaches ``threshold``."""
 
     threshold: float = 0.0
+    can_pass: bool = True
 
     def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
         return result.mean_return >= self.threshold, f"need mean return >= {self.threshold:g}"
@@ -76,6 +80,7 @@ class WinRateVsBaseline:
     headline: str = "train_win_rate"
     source: str = "win_rate"
     multi_player: bool = True
+    can_pass: bool = True
 
     def score(self, result: EvalResult) -> float:
         return result.win_rate
@@ -95,6 +100,8 @@ class SelfPlayLeague(WinRateVsBaseline):
     passes and the run trains
     until its limit; validations still report the win rate against uniform random. Where the game has an exact
     exploitability the runner scores validations by it instead (lower is better)."""
+
+    can_pass: bool = False
 
     def passes(self, result: EvalResult, baseline: EvalResult) -> tuple[bool, str]:
         return False, "self-play: training until the limit"

@@ -32,6 +32,7 @@ from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.runtime.checkpoint import atomic_write_json
 from rl_gpu.runtime.distributed import world_size
+from rl_gpu.runtime.run_files import RunLocks
 from rl_gpu.training.config import TrainConfig
 from rl_gpu.training.outcome import RunResult, report_result
 from rl_gpu.training.preflight import check_run_memory, prepare
@@ -209,32 +210,33 @@ def train_population(config: TrainConfig, log: Callable[[str], None] = print, st
         atomic_write_json(config.output / PBT_FILE, {"seeds": list(config.seeds), **lineage})
 
     coordinator = Coordinator(population, pbt, write_lineage)
-    for i, trainer in enumerate(trainers):
-        trainer.pbt = config.pbt
-        trainer.algo = MemberPPO(trainer.algo, coordinator, i)
-        prepare_run_dir(trainer.run_dir, config.overwrite)
-    log(f"population of {k} seeds ({', '.join(map(str, config.seeds))}) on {device}: N={config.num_envs} rows "
-        f"each, {k * config.num_envs} stepped together" + (f"; PBT every {config.pbt_interval} iterations"
-                                                             if pbt else ""))
-    results: list[RunResult | None] = [None] * k
-    errors: list[BaseException] = []
+    with RunLocks(run_dirs, log):  # one process per run folder, for the whole run
+        for i, trainer in enumerate(trainers):
+            trainer.pbt = config.pbt
+            trainer.algo = MemberPPO(trainer.algo, coordinator, i)
+            prepare_run_dir(trainer.run_dir, config.overwrite)
+        log(f"population of {k} seeds ({', '.join(map(str, config.seeds))}) on {device}: N={config.num_envs} rows "
+            f"each, {k * config.num_envs} stepped together" + (f"; PBT every {config.pbt_interval} iterations"
+                                                                 if pbt else ""))
+        results: list[RunResult | None] = [None] * k
+        errors: list[BaseException] = []
 
-    def run(i: int, stop: StopRequest) -> None:
-        try:
-            results[i] = report_result(trainers[i].run(stop, stop_after), log)
-        except BaseException as e:  # noqa: BLE001 -- re-raised in the main thread once every trainer is done
-            errors.append(e)
-        finally:
-            coordinator.leave(i)
+        def run(i: int, stop: StopRequest) -> None:
+            try:
+                results[i] = report_result(trainers[i].run(stop, stop_after), log)
+            except BaseException as e:  # noqa: BLE001 -- re-raised in the main thread once every trainer is done
+                errors.append(e)
+            finally:
+                coordinator.leave(i)
 
-    with PopulationStop() as stop:
-        threads = [threading.Thread(target=run, args=(i, stop), name=f"seed-{s}", daemon=True)
-                   for i, s in enumerate(config.seeds)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)
+        with PopulationStop() as stop:
+            threads = [threading.Thread(target=run, args=(i, stop), name=f"seed-{s}", daemon=True)
+                       for i, s in enumerate(config.seeds)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
     if pbt is not None:
         write_lineage(pbt.lineage)
     if errors:

@@ -1,6 +1,8 @@
 """A run's directory: the files the tool writes there, and preparing it without touching anything else.
 
-``--overwrite`` removes only what a run writes: the files named in :data:`RUN_FILES` and the ``tb/`` folder (a
+``--overwrite`` removes only what a run writes: the files named in
+:data:`~rl_gpu.runtime.run_files.RUN_FILES` and the ``tb/`` folder (never the folder's lock, which the overwriting
+run holds: :mod:`rl_gpu.runtime.run_files`) (a
 ``tb`` that is a symbolic link is unlinked, never followed). Anything else under those names (a directory
 called ``last.pt``, a FIFO, a device) is refused before anything is deleted, and :func:`check_run_dirs`
 checks every seed's directory before the first one is touched. A seed directory that is a symbolic link is
@@ -16,10 +18,8 @@ from pathlib import Path
 
 from rl_gpu.core.errors import UsageError
 from rl_gpu.runtime.files import describe_kind, reason
+from rl_gpu.runtime.run_files import LOCK_FILE, RUN_FILES, TB_DIR  # noqa: F401 (RUN_FILES: callers read it here)
 
-RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "best.pt", "last.pt")
-"""Every file a run writes (besides the ``tb/`` folder); ``--overwrite`` removes these and nothing else."""
-TB_DIR = "tb"
 
 
 def _lstat(path: Path) -> os.stat_result | None:
@@ -49,7 +49,7 @@ def _check(run_dir: Path, overwrite: bool) -> bool:
         raise UsageError(f"{run_dir} exists and is a {describe_kind(st.st_mode)}, not a run directory; "
                          "choose another --output")
     try:
-        empty = not any(run_dir.iterdir())
+        empty = not any(entry.name != LOCK_FILE for entry in run_dir.iterdir())  # the lock is no content
     except OSError as e:
         raise UsageError(f"run directory {run_dir}: cannot list it ({reason(e)})") from None
     if empty:

@@ -258,7 +258,7 @@ class RunLogger:
         self._progress = TrainProgress(
             TextColumn("[bold]{task.description}"), BarColumn(bar_width=30), MofNCompleteColumn(),
             TextColumn(("steps" if self.total_steps else "updates") + ", elapsed"), TimeElapsedColumn(),
-            TextColumn("ETA"), TimeRemainingColumn(), console=console, refresh_per_second=4,
+            TextColumn("budget ETA"), TimeRemainingColumn(), console=console, refresh_per_second=4,
         )
         self._progress.start()
         self._task = self._progress.add_task(self.label or "train", total=self.total_steps or self.total_updates,
@@ -430,7 +430,8 @@ class RunLogger:
         if losses:
             parts.append(" ".join(losses))
         if summary["eta"]:
-            parts.append(f"ETA {summary['eta']}")
+            # Time to spend the whole budget at the current rate: a run that meets its goal ends sooner.
+            parts.append(f"budget ETA {summary['eta']}")
         prefix = f"[{self.label}] " if self.label else ""
         print(prefix + "  ".join(parts), file=self.stream, flush=True)
 

@@ -34,6 +34,7 @@ from rl_gpu.runtime.checkpoint import CheckpointError, atomic_write_json, load_c
 from rl_gpu.runtime.compile import resolve_compile
 from rl_gpu.runtime.distributed import all_agree, is_main_process, rank, world_size
 from rl_gpu.runtime.hardware import run_environment
+from rl_gpu.runtime.run_files import RunLocks
 from rl_gpu.training import ranks
 from rl_gpu.training.checkpointing import CheckpointMixin
 from rl_gpu.training.config import TrainConfig
@@ -386,8 +387,8 @@ class Trainer(CheckpointMixin):
         if score > self.best_score:
             self.best_score, self.best_update = score, self.update
             self.save("best.pt", result)
-        self.log(f"[seed {self.seed}] validation @ {self.update}: {goal.describe(result)}{note}  {why}  "
-                 f"{'PASS' if ok else 'fail'} streak {self.streak}/{cfg.consecutive_passes}")
+        streak = f"  {'PASS' if ok else 'fail'} streak {self.streak}/{cfg.consecutive_passes}" if goal.can_pass else ""
+        self.log(f"[seed {self.seed}] validation @ {self.update}: {goal.describe(result)}{note}  {why}{streak}")
         return {"score": score, "passed": ok, "streak": self.streak, **extra}
 
     def measured(self, policy, score: float) -> tuple[float, dict, str]:
@@ -424,9 +425,11 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
             raise UsageError(f"{summary_path} already exists (the summary of earlier seeds); pass --overwrite to "
                              "replace it, or choose another --output")
         check_run_memory(config, device)
+        # One process per run folder, for the whole run: a second train, --resume or --overwrite refuses.
+        locks = RunLocks(run_dirs if is_main_process() else [], log)
     results: list[RunResult] = []
     multi_player = False
-    with ranks.stop_request() as stop:
+    with ranks.stop_request() as stop, locks:
         for seed, run_dir in zip(config.seeds, run_dirs):
             if stop.signum is not None:
                 results.append(RunResult(seed, run_dir, "interrupted", f"{signal.Signals(stop.signum).name} "
@@ -462,7 +465,9 @@ def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = prin
         check_checkpoint_belongs(run_dir, payload)
         check_resumable(run_dir, payload, config)
         check_run_memory(config, device)
-    trainer = Trainer(config, seed, run_dir, log, display, measure)
-    trainer.resume_from(run_dir / "last.pt", payload)
-    with ranks.stop_request() as stop:
-        return report_result(trainer.run(stop, stop_after), log)
+        locks = RunLocks([run_dir] if is_main_process() else [], log)
+    with locks:
+        trainer = Trainer(config, seed, run_dir, log, display, measure)
+        trainer.resume_from(run_dir / "last.pt", payload)
+        with ranks.stop_request() as stop:
+            return report_result(trainer.run(stop, stop_after), log)

@@ -129,7 +129,7 @@ def test_plain_lines_when_not_a_terminal(tmp_path):
     assert [line.split()[3] for line in out[:-1]] == ["1/4", "2/4", "4/4"]
     first = out[0]
     assert first.startswith("[seed 7] update     1/4")
-    for needle in ("steps/s", "collect", "update ", "return 1", "win 0.5", "loss 0.125", "ETA"):
+    for needle in ("steps/s", "collect", "update ", "return 1", "win 0.5", "loss 0.125", "budget ETA"):
         assert needle in first, needle
     # Update 3 ended no episode: the recent mean return is over updates 1, 2 and 4.
     assert "return 2.333" in out[2] and "validation 0.5 @ 2" in out[2]
@@ -210,7 +210,7 @@ def test_rates_follow_the_lines_own_times_when_many_are_logged_at_once(tmp_path)
             record = logger.log_update(update, update * 100, {"time": 7.0 + 0.01 * (update - 50)})
     assert record["steps_per_second"] == pytest.approx(100 / 0.01)
     line = stream.getvalue().splitlines()[-1]
-    assert "10,000 steps/s" in line and "ETA 0:00:00" not in line and "ETA 0:00:01" in line, line
+    assert "10,000 steps/s" in line and "budget ETA 0:00:00" not in line and "budget ETA 0:00:01" in line, line
 
 
 def test_a_step_budget_shows_progress_and_eta_in_steps(tmp_path):
@@ -222,7 +222,7 @@ def test_a_step_budget_shows_progress_and_eta_in_steps(tmp_path):
             logger.log_update(update, 1_000 * update, {"time": float(update)})  # 1,000 steps/s
     line = stream.getvalue().splitlines()[-1]
     assert "update     4  " in line and "steps       4,000/10,000" in line, line
-    assert "1,000 steps/s" in line and "ETA 0:00:06" in line, line
+    assert "1,000 steps/s" in line and "budget ETA 0:00:06" in line, line
     with pytest.raises(ValueError, match="total_updates or total_steps"):
         RunLogger("unused", total_updates=4, total_steps=100)
 

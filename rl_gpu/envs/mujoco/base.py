@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import abc
 import math
+import re
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -69,6 +71,24 @@ class MjInner(NamedTuple):
     """``[N, nsensordata + D]`` float64: sensor values then the engine's derived fields after the last step."""
     task: Tensor
     """``[N, T]`` float64: the task's own state (commands, timers); ``T`` may be 0."""
+
+
+_TOTAL_MASS = re.compile(r'\s+settotalmass\s*=\s*"([^"]*)"')
+
+
+def compile_mjcf(path: str):
+    """``MjModel`` of the MJCF file at ``path``. A ``<compiler settotalmass="M">`` (Gymnasium's HalfCheetah), which
+    MuJoCo deprecated, is applied the way its deprecation says instead: compiled without it, then
+    ``mj_setTotalmass`` and ``mj_setConst`` on the compiled model (the same masses, inertias and derived constants
+    to the last bit; tests/envs/mujoco check it)."""
+    text = Path(path).read_text()
+    match = _TOTAL_MASS.search(text)
+    if match is None:
+        return mujoco.MjModel.from_xml_path(path)
+    model = mujoco.MjModel.from_xml_string(_TOTAL_MASS.sub("", text, count=1))
+    mujoco.mj_setTotalmass(model, float(match.group(1)))
+    mujoco.mj_setConst(model, mujoco.MjData(model))
+    return model
 
 
 class MujocoEnv(TensorEnv[MjInner]):
@@ -156,10 +176,10 @@ class MujocoEnv(TensorEnv[MjInner]):
         """Path of the task's MJCF file."""
 
     def load_model(self):
-        """The compiled nominal model (override to edit the MJCF first). The compiler's warnings (Gymnasium's
-        MJCF files use attributes MuJoCo deprecated) are shown once per process, not once per build."""
+        """The compiled nominal model (override to edit the MJCF first). Any compiler warning is shown once per
+        process, not once per build (:func:`compile_mjcf` already avoids the deprecated ``settotalmass``)."""
         with warnings_once(python=False):
-            return mujoco.MjModel.from_xml_path(self.model_path())
+            return compile_mjcf(self.model_path())
 
     @property
     def spec(self) -> EnvSpec:
