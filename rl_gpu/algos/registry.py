@@ -57,6 +57,9 @@ class AlgorithmSpec:
     """Trains for ``--total-timesteps`` (else only for ``--max-updates``)."""
     compile_modes: tuple[str, ...] = COMPILE_MODES
     """The ``--compile`` modes it has (``off`` always; ``auto`` resolves to one of them)."""
+    agents: bool = False
+    """Trains environments of several agents acting at once (``spec.num_agents`` > 1, an agent axis in the
+    rollout: :mod:`rl_gpu.collect.agents`)."""
     policies: bool = False
     """Trains a policy of any registered kind (``--policy KIND``; :mod:`rl_gpu.nn.kinds`), built through
     ``Setup.policy``; otherwise it builds its own and ``--policy`` is refused."""

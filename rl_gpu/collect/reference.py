@@ -29,10 +29,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rl_gpu.collect.agents import collect_agents
 from rl_gpu.collect.seats import seat_column
+from rl_gpu.core.pytree import tree_where
 from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.data.rollout import Rollout
-from rl_gpu.core.pytree import tree_where
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
 from rl_gpu.nn.memory import is_recurrent, reset_state
 
@@ -50,6 +51,7 @@ def collect(
     learner_seat: Tensor | None = None,
     deterministic: bool = False,
     policy_state: Any = None,
+    controlled: Tensor | None = None,
 ) -> Rollout:
     """Run ``num_steps`` batched steps of ``env`` and return them as a :class:`Rollout`.
 
@@ -65,7 +67,16 @@ def collect(
         deterministic: the learner takes its most probable action instead of sampling.
         policy_state: a recurrent learner's state at the first step (continuing mode: the previous rollout's
             ``policy_state``); None, and always in episodic mode: its ``initial_state``.
+        controlled: environments of M > 1 agents acting at once: ``[N, M]`` bool, the agents the learner plays
+            (default: all; :func:`rl_gpu.collect.agents.collect_agents`, which collects them).
     """
+    if env.spec.num_agents > 1:
+        if is_recurrent(policy):
+            raise ValueError("a recurrent policy over several agents acting at once is not collected yet")
+        return collect_agents(policy, env, num_steps, policy_rng, episodic=episodic, controlled=controlled,
+                              opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic)
+    if controlled is not None:
+        raise ValueError(f"controlled applies to environments of several agents; {type(env).__name__} has one")
     if env.num_players > 1 and not episodic:
         raise ValueError(
             f"{type(env).__name__} has {env.num_players} players: collect complete games with episodic=True"

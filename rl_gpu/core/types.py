@@ -2,7 +2,9 @@
 (:class:`EnvSpec`), the environment protocols, and what a policy's decision looks like.
 
 Shape legend: N = ``num_envs``, A = ``num_actions``, P = ``num_players``, O = observation shape,
-D = continuous action dimensions.
+D = continuous action dimensions, M = ``num_agents`` (agents acting at once in one row; an environment with
+M > 1 has an agent axis after N in ``obs``, ``action``, ``action_mask``, ``reward`` and ``episode_return``,
+while ``terminated``, ``truncated`` and ``episode_length`` stay per world).
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ class StepResult(NamedTuple):
     final_critic_obs: Tensor | None = None
     """``[N, C]``: the ``critic`` group's observation reached by the transition, before any reset (what
     ``final_obs`` is to ``obs``); None without a ``critic`` group."""
+    acting: Tensor | None = None
+    """``[N, M]`` bool: the agents that act in the state ``obs`` describes, for environments with M > 1 agents
+    acting at once (``obs`` ``[N, M, *O]``, ``action_mask`` ``[N, M, A]``, ``reward`` ``[N, M]``); None for
+    M = 1."""
 
     @property
     def done(self) -> Tensor:
@@ -84,7 +90,9 @@ class EnvSpec:
     num_players: int = 1
     """P: 1 for single-agent tasks; 2 for two-player turn-based games (one seat acts per step)."""
     num_agents: int = 1
-    """Agents acting simultaneously in one row (an agent axis for multi-agent tasks; 1 today)."""
+    """M, agents acting at once in one row (a world): with M > 1, observations, actions, legal masks and rewards
+    carry an agent axis ``[N, M, ...]`` and ``StepResult.acting`` says which agents act; episodes end per world.
+    ``obs_shape`` and the action shapes are one agent's."""
     max_episode_steps: int | None = None
     """Time limit in steps (``truncated`` when reached), or None."""
     episode_horizon: int | None = None

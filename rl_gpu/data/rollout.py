@@ -64,6 +64,11 @@ class Rollout:
     policy_state: Any = None
     """A recurrent learner's state after the last step, episode ends reset (where the next rollout continues);
     None for feed-forward policies."""
+    acting: Tensor | None = None
+    """``[T, N, M]`` bool: the agents that acted, for environments of M > 1 agents acting at once (whose
+    per-agent fields carry the agent axis after N: :mod:`rl_gpu.collect.agents`); None otherwise."""
+    controlled: Tensor | None = None
+    """``[N, M]`` bool: the agents the learner played (the others were the opponent's); None for M = 1."""
 
     @property
     def observations(self) -> Tensor:
@@ -100,17 +105,26 @@ class Rollout:
         """0-dim int64: environment transitions actually taken (padding slots are not counted)."""
         return self.live.sum()
 
+    def team_return(self) -> Tensor:
+        """``[T, N]``: ``episode_return``, averaged over the controlled agents for M > 1 agents."""
+        if self.controlled is None:
+            return self.episode_return
+        weight = self.controlled.float()
+        return (self.episode_return * weight).sum(-1) / weight.sum(-1).clamp(min=1)
+
     def episode_stats(self) -> dict[str, Tensor]:
-        """0-dim tensors over the episodes that ended in this rollout: count, mean return, mean length,
-        and the learner's win rate (share of episodes with a positive return)."""
+        """0-dim tensors over the episodes that ended in this rollout: count, mean return (with M agents: of the
+        controlled agents' mean), mean length, and the learner's win rate (share of episodes with a positive
+        return)."""
         ended = self.done
         count = ended.sum()
         denom = count.clamp(min=1).float()
+        episode_return = self.team_return()
         return {
             "episodes": count,
-            "episode_return": torch.where(ended, self.episode_return, 0.0).sum() / denom,
+            "episode_return": torch.where(ended, episode_return, 0.0).sum() / denom,
             "episode_length": torch.where(ended, self.episode_length, 0).sum().float() / denom,
-            "win_rate": (ended & (self.episode_return > 0)).sum().float() / denom,
+            "win_rate": (ended & (episode_return > 0)).sum().float() / denom,
         }
 
 

@@ -12,6 +12,11 @@ tensors (its *inner* state):
 - ``_observe_critic(inner)`` (optional, with :attr:`TensorEnv.critic_obs_shape`): privileged observations of a
   ``critic`` group, which only a centralised critic sees (``StepResult.critic_obs``).
 
+Several agents acting at once in one world (:attr:`TensorEnv.num_agents` M > 1): ``_observe`` returns
+``[N, M, *O]``, actions arrive as ``[N, M]`` (``[N, M, D]``), ``_legal_actions`` returns ``[N, M, A]`` and the
+reward ``[N, M]``; ``terminated`` stays ``[N]`` (a world ends for all its agents), and ``_acting(inner)``
+(optional; default: every agent) says which agents act.
+
 The base class owns everything that must be identical across environments: same-step auto-reset with the
 pre-reset observation kept in ``final_obs``, the time limit (``truncated``), frozen finished rows when
 auto-reset is off, episode statistics kept on the device, action validation, and reading/injecting state.
@@ -37,6 +42,9 @@ from torch import Tensor
 
 from rl_gpu.core.pytree import tree_where
 from rl_gpu.core.types import EnvSpec, StepResult
+from rl_gpu.envs.actions import check_action_format, check_action_range, check_action_values
+
+__all__ = ["EnvState", "TensorEnv", "check_action_format", "select_rows", "stack_float32"]
 
 Inner = TypeVar("Inner", bound=tuple)
 
@@ -52,25 +60,6 @@ class EnvState(NamedTuple, Generic[Inner]):
     """``[N]`` (``[N, P]``) float32: reward summed over the current episode."""
     done: Tensor
     """``[N]`` bool: the row has finished and is frozen (only ever True when auto-reset is off)."""
-
-
-def check_action_format(
-    action: Tensor, num_envs: int, action_shape: tuple[int, ...], device: torch.device
-) -> None:
-    """Raise if ``action`` is not a tensor of the batch's shape, kind and device (no value is read, so no host
-    synchronisation): ``[N]`` integers for discrete actions (``action_shape == ()``), ``[N, *action_shape]``
-    floats for continuous ones."""
-    if not isinstance(action, Tensor):
-        raise TypeError(f"action must be a torch.Tensor, got {type(action).__name__}")
-    expected = (num_envs, *action_shape)
-    if tuple(action.shape) != expected:
-        raise ValueError(f"action must have shape {expected}, got {tuple(action.shape)}")
-    if action_shape and not action.is_floating_point():
-        raise ValueError(f"continuous action must be a float tensor, got {action.dtype}")
-    if not action_shape and action.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-        raise ValueError(f"action must be an integer tensor (int64 preferred), got {action.dtype}")
-    if action.device != device:
-        raise ValueError(f"action is on {action.device}, the environments are on {device}")
 
 
 def stack_float32(columns: tuple[Tensor, ...]) -> Tensor:
@@ -132,6 +121,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     """Continuous actions only: per-dimension upper bound (length D)."""
     num_players: int = 1
     """P: 1 for single-agent tasks; 2 for two-player turn-based games."""
+    num_agents: int = 1
+    """M: agents acting at once in one world (1: no agent axis; see the module docstring for M > 1)."""
     max_episode_steps: int | None = None
     """Time limit in steps (``truncated`` when reached), or None for none."""
     max_game_length: int | None = None
@@ -184,7 +175,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
             obs_shape=tuple(self.obs_shape), num_actions=self.num_actions, action_shape=tuple(self.action_shape),
             action_low=tuple(self.action_low), action_high=tuple(self.action_high),
             obs_low=self.obs_low, obs_high=self.obs_high, obs_groups=groups,
-            num_players=self.num_players, max_episode_steps=self.max_episode_steps, episode_horizon=horizon,
+            num_players=self.num_players, num_agents=self.num_agents, max_episode_steps=self.max_episode_steps,
+            episode_horizon=horizon,
             has_action_mask=type(self)._legal_actions is not TensorEnv._legal_actions,
             functional=True, exact_resume=True,
         )
@@ -210,8 +202,15 @@ class TensorEnv(abc.ABC, Generic[Inner]):
 
     @property
     def reward_shape(self) -> tuple[int, ...]:
-        """``(N,)`` for one player, ``(N, P)`` for several."""
+        """``(N,)`` for one player, ``(N, P)`` for several, ``(N, M)`` for M agents acting at once."""
+        if self.num_agents > 1:
+            return (self.num_envs, self.num_agents)
         return (self.num_envs,) if self.num_players == 1 else (self.num_envs, self.num_players)
+
+    @property
+    def _agents(self) -> tuple[int, ...]:
+        """The agent axis of per-agent tensors: ``(M,)``, or ``()`` for one agent."""
+        return (self.num_agents,) if self.num_agents > 1 else ()
 
     @abc.abstractmethod
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> Inner:
@@ -237,9 +236,16 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         return self._observe_critic(inner) if self.critic_obs_shape is not None else None
 
     def _legal_actions(self, inner: Inner) -> Tensor:
-        """``[N, A]`` bool, True = legal. Default: every action is legal (``[N, 0]`` when continuous)."""
+        """``[N, A]`` (``[N, M, A]``) bool, True = legal. Default: every action is legal (``[N, 0]`` when
+        continuous)."""
         n = inner[0].shape[0]
-        return torch.ones(n, self.num_actions, dtype=torch.bool, device=self.device)
+        return torch.ones(n, *self._agents, self.num_actions, dtype=torch.bool, device=self.device)
+
+    def _acting(self, inner: Inner) -> Tensor | None:
+        """``[N, M]`` bool: the agents that act (M > 1 only). Default: every agent."""
+        if self.num_agents == 1:
+            return None
+        return torch.ones(inner[0].shape[0], self.num_agents, dtype=torch.bool, device=self.device)
 
     def _current_player(self, inner: Inner) -> Tensor:
         """``[N]`` int64 seat to act. Default: 0 (single player)."""
@@ -280,6 +286,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
             episode_length=state.episode_step,
             critic_obs=critic,
             final_critic_obs=critic,
+            acting=self._acting(state.inner),
         )
 
     def step_state(
@@ -343,6 +350,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
             episode_length=episode_step,
             critic_obs=critic,
             final_critic_obs=final_critic,
+            acting=self._acting(inner),
         )
         return new_state, result
 
@@ -353,26 +361,18 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         Continuous actions must be ``[N, D]`` floating point; out-of-bounds values are allowed (the
         environment clips them, as Gymnasium's do) but NaN/inf are refused when validating.
         """
-        check_action_format(action, self.num_envs, self.action_shape, self.device)
+        check_action_format(action, self.num_envs, self.action_shape, self.device, self._agents)
         if self.is_continuous:
             if self.validate_actions and not bool(torch.isfinite(action.float()).all()):
                 raise ValueError("action contains NaN or inf (or a value beyond float32's range)")
             return
         if self.validate_actions:
-            low, high = torch.aminmax(action)
-            if bool((low < 0) | (high >= self.num_actions)):  # one host read, as before
-                row = int(((action < 0) | (action >= self.num_actions)).long().argmax())
-                raise ValueError(
-                    f"action out of range in env {row}: {int(action[row])} (allowed 0..{self.num_actions - 1})"
-                )
             if type(self)._legal_actions is TensorEnv._legal_actions:
-                return  # every action in range is legal
-            legal = self._legal_actions(self.state.inner).gather(1, action.long().unsqueeze(1)).squeeze(1)
-            illegal = ~legal & ~self.state.done
-            if bool(illegal.any()):
-                row = int(illegal.long().argmax())
-                allowed = self._legal_actions(self.state.inner)[row].nonzero().flatten().tolist()
-                raise ValueError(f"illegal action {int(action[row])} in env {row}; legal there: {allowed}")
+                check_action_range(action, self.num_envs, self.num_actions)  # every action in range is legal
+            else:
+                inner = self.state.inner
+                check_action_values(action, self.num_envs, self.num_actions, self._legal_actions(inner),
+                                    self._acting(inner), self.state.done)
 
     def reset(self, seed: int | None = None) -> StepResult:
         """Start a new episode in every row (re-seeding first if ``seed`` is given)."""

@@ -46,6 +46,9 @@ class HostBridge:
         if env.spec.num_players != 1:
             raise ValueError(f"{type(env).__name__} has {env.num_players} players: only single-player "
                              "environments can be exposed as Gymnasium or SB3 vector environments")
+        if env.spec.num_agents != 1:
+            raise ValueError(f"{type(env).__name__} has {env.spec.num_agents} agents acting at once: only "
+                             "single-agent environments can be exposed as Gymnasium or SB3 vector environments")
         self.env = env
         self.spec = env.spec
         self.obs_shape = tuple(int(d) for d in self.spec.obs_shape)

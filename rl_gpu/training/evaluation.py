@@ -132,7 +132,7 @@ def evaluate_policy(
         )
         ended = rollout.done
         # Episodic collection ends each row's episode at most once; rows that never ended count as draws.
-        returns.append((rollout.episode_return * ended).sum(0))
+        returns.append((rollout.team_return() * ended).sum(0))
         lengths.append((rollout.episode_length * ended).sum(0))
         seats.append(rollout.learner_seat)
         remaining -= n

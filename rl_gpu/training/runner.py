@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.algos.base import Setup
-from rl_gpu.algos.registry import make_algorithm
+from rl_gpu.algos.registry import algorithm_spec, make_algorithm
 from rl_gpu.core.device import resolve_device
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
@@ -87,6 +87,11 @@ class Trainer(CheckpointMixin):
         self.device = resolve_device(config.device)
         torch.manual_seed(derive_seed(seed, "torch"))
         self.env: VecEnv = self.make_env(config.num_envs, derive_seed(seed, "train-env", rank()))
+        agents = self.env.spec.num_agents
+        if agents > 1 and not algorithm_spec(config.algo).agents:
+            self.env.close()
+            raise UsageError(f"{config.env} has {agents} agents acting at once, and --algo {config.algo} trains one "
+                             "agent per row; its rollouts (rl_gpu.collect.agents) await a multi-agent algorithm")
         self.goal = goal_for(self.env.spec, config.env, config.solve_threshold, config.success_z,
                              budget=config.total_timesteps is not None, self_play_by=config.self_play_flag)
         try:
