@@ -25,6 +25,27 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def check_device(device: object, what: str = "device") -> torch.device:
+    """``device`` (a string or a ``torch.device``) as a ``torch.device`` that tensors can live on here: the CPU, or
+    a visible CUDA device. Anything else (a misspelt name, ``meta``, ``cuda`` without a GPU, ``cuda:3`` with one GPU)
+    is a ``ValueError`` naming it and what is visible."""
+    try:
+        resolved = torch.device(device)  # type: ignore[arg-type]
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise ValueError(f"{what} {device!r} is not a device ({str(e).strip()[:100]}); use 'cpu' or 'cuda'") \
+            from None
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    seen = f"visible: cpu{''.join(f', cuda:{i}' for i in range(visible))}"
+    if resolved.type == "cuda":
+        if visible == 0:
+            raise ValueError(f"{what} {device!r}: no CUDA device is visible here ({seen}); use 'cpu'")
+        if resolved.index is not None and resolved.index >= visible:
+            raise ValueError(f"{what} {device!r}: there is no such CUDA device ({seen})")
+    elif resolved.type != "cpu":
+        raise ValueError(f"{what} {device!r}: rl_gpu runs on the CPU or on CUDA devices ({seen})")
+    return resolved
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for ``device`` to finish its queued work (a no-op on the CPU)."""
     if device.type == "cuda":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -23,6 +23,9 @@ from rl_gpu.envs.base import TensorEnv, stack_float32
 @dataclass(frozen=True)
 class AcrobotParams:
     """Physical constants of Gymnasium's acrobot (same names as ``AcrobotEnv`` class attributes)."""
+
+    positive: ClassVar[tuple[str, ...]] = ('dt', 'LINK_MASS_1', 'LINK_MASS_2', 'LINK_MOI', 'max_vel_1_pi', 'max_vel_2_pi')
+    """Parameters that must be above 0 (checked when the environment is built)."""
 
     dt: float = 0.2
     """Integration step in seconds (one RK4 step per action)."""

@@ -42,7 +42,9 @@ from torch import Tensor
 
 from rl_gpu.core.pytree import tree_where
 from rl_gpu.core.types import EnvSpec, StepResult
+from rl_gpu.core.device import check_device
 from rl_gpu.envs.actions import check_action_format, check_action_range, check_action_values
+from rl_gpu.envs.params import check_num_envs, check_params
 
 __all__ = ["EnvState", "TensorEnv", "check_action_format", "select_rows", "stack_float32"]
 
@@ -148,21 +150,31 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         validate_actions: bool = True,
         **params,
     ) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        num_envs = check_num_envs(num_envs)
         if self.params_type is not None:
             self.params = self.params_type(**params)
+            self._check_params()
         elif params:
             raise TypeError(f"{type(self).__name__} takes no parameters, got {', '.join(sorted(params))}")
         self.num_envs = num_envs
-        self.device = torch.device(device)
+        self.device = check_device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.autoreset = autoreset
         self.validate_actions = validate_actions
         self.generator = torch.Generator(device=self.device)
         self.seed(seed)
-        self.state: EnvState[Inner] = self.initial_state(self.draw_starts(num_envs))
+        try:
+            self.state: EnvState[Inner] = self.initial_state(self.draw_starts(num_envs))
+        except (MemoryError, RuntimeError) as e:  # torch's allocation failures are RuntimeErrors
+            if not isinstance(e, MemoryError) and "memory" not in str(e).lower():
+                raise
+            raise ValueError(f"num_envs {num_envs:,}: {type(self).__name__}'s state for that many rows does not fit "
+                             f"in the memory of {self.device}") from None
+
+    def _check_params(self) -> None:
+        """Refuse parameters of the wrong type or out of range (:func:`rl_gpu.envs.params.check_params`)."""
+        check_params(self.params, type(self).__name__)
 
     @property
     def spec(self) -> EnvSpec:

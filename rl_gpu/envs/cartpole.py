@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -23,6 +23,9 @@ from rl_gpu.envs.base import TensorEnv, stack_float32
 @dataclass(frozen=True)
 class CartPoleParams:
     """Physical constants of Gymnasium's cart-pole (same names as ``CartPoleEnv`` attributes)."""
+
+    positive: ClassVar[tuple[str, ...]] = ('masscart', 'masspole', 'length', 'force_mag', 'tau', 'theta_threshold_degrees', 'x_threshold')
+    """Parameters that must be above 0 (checked when the environment is built)."""
 
     gravity: float = 9.8
     masscart: float = 1.0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -34,6 +34,9 @@ def _round_f32(x: float) -> float:
 class MountainCarParams:
     """Constants of Gymnasium's ``MountainCarEnv`` (same attribute names)."""
 
+    positive: ClassVar[tuple[str, ...]] = ('max_speed',)
+    """Parameters that must be above 0 (checked when the environment is built)."""
+
     min_position: float = -1.2
     max_position: float = 0.6
     max_speed: float = 0.07
@@ -48,6 +51,9 @@ class MountainCarParams:
 @dataclass(frozen=True)
 class ContinuousMountainCarParams:
     """Constants of Gymnasium's ``Continuous_MountainCarEnv`` (same attribute names)."""
+
+    positive: ClassVar[tuple[str, ...]] = ('max_speed', 'power')
+    """Parameters that must be above 0 (checked when the environment is built)."""
 
     min_action: float = -1.0
     max_action: float = 1.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -21,6 +21,9 @@ from rl_gpu.envs.base import TensorEnv, stack_float32
 @dataclass(frozen=True)
 class PendulumParams:
     """Constants of Gymnasium's ``PendulumEnv`` (same attribute names)."""
+
+    positive: ClassVar[tuple[str, ...]] = ('max_speed', 'max_torque', 'dt', 'm', 'l')
+    """Parameters that must be above 0 (checked when the environment is built)."""
 
     max_speed: float = 8
     max_torque: float = 2.0

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from rl_gpu.core.device import check_device
 from rl_gpu.nn.kinds import policy_kind, policy_kind_names
 from rl_gpu.runtime.checkpoint import CheckpointError, load_checkpoint, policy_part
 
@@ -128,8 +129,11 @@ class LoadedPolicy:
     ``obs_dim``, ``is_continuous`` and ``num_actions`` (discrete) or ``action_dim`` (continuous).
     """
 
-    def __init__(self, policy: nn.Module, payload: dict, checkpoint: Path, device: torch.device) -> None:
+    def __init__(self, policy: nn.Module, payload: dict, checkpoint: Path, device: torch.device,
+                 check_inputs: bool = True) -> None:
         self.policy = policy
+        self.check_inputs = check_inputs
+        """Refuse non-finite observations (naming the rows); False skips the check (one host read per call)."""
         self.payload = payload
         self.checkpoint = checkpoint
         self.device = device
@@ -150,6 +154,8 @@ class LoadedPolicy:
         except (TypeError, ValueError, RuntimeError) as e:
             raise ValueError(f"{name} must be a tensor or array of numbers ({str(e).strip()[:120]})") \
                 from None
+        if dtype == torch.bool and tensor.dtype != torch.bool:
+            raise ValueError(f"{name} must be bool (True = legal), got {tensor.dtype}")
         if tensor.dtype == torch.bool and dtype != torch.bool or tensor.is_complex():
             raise ValueError(f"{name} must be real numbers, got {tensor.dtype}")
         if tensor.ndim not in (1, 2) or tensor.shape[-1] != size:
@@ -167,8 +173,18 @@ class LoadedPolicy:
         actions, ``[]`` / ``[D]`` for one observation, as a numpy array when ``obs`` is one, else a tensor on
         ``device``.
         """
+        if not isinstance(deterministic, bool):
+            raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
         as_numpy = type(obs).__module__ == "numpy"
         x, single = self._tensor(obs, "obs", torch.float32, self.obs_dim)
+        if self.check_inputs:
+            bad = ~torch.isfinite(x.reshape(-1, self.obs_dim)).all(-1)
+            if bool(bad.any()):
+                rows = bad.nonzero().flatten().tolist()
+                raise ValueError(f"obs has NaN or infinite values in row{'s' if len(rows) > 1 else ''} "
+                                 f"{', '.join(map(str, rows[:8]))}{', ...' if len(rows) > 8 else ''}; a policy's "
+                                 "action for them would be meaningless (rl_gpu.load(..., check_inputs=False) skips "
+                                 "this check)")
         if mask is not None:
             if self.is_continuous:
                 raise ValueError("mask applies to discrete actions; this policy's actions are continuous")
@@ -188,15 +204,14 @@ class LoadedPolicy:
     __call__ = act
 
 
-def load(checkpoint: str | Path, device: torch.device | str = "cpu") -> LoadedPolicy:
+def load(checkpoint: str | Path, device: torch.device | str = "cpu", check_inputs: bool = True) -> LoadedPolicy:
     """``rl_gpu.load``: the policy of a checkpoint written by ``rl-gpu train`` (``best.pt`` or ``last.pt``),
     ready to act. Raises :class:`~rl_gpu.runtime.checkpoint.CheckpointError` (a ``ValueError``, one line)
-    for a file that holds no usable policy. Nothing in the file is executed (weights-only loading)."""
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device {device!r}: {str(e).strip()[:120]}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device}: no CUDA device is available; use device='cpu'")
+    for a file that holds no usable policy. Nothing in the file is executed (weights-only loading), and its
+    environment is not built. ``device``: the CPU or a visible CUDA device (``ValueError`` naming what is
+    visible otherwise). ``check_inputs``: ``act`` refuses non-finite observations (False skips that check)."""
+    if not isinstance(check_inputs, bool):
+        raise ValueError(f"check_inputs must be True or False, got {check_inputs!r}")
+    device = check_device(device)
     policy, payload = load_policy(checkpoint, device)
-    return LoadedPolicy(policy, payload, Path(checkpoint), device)
+    return LoadedPolicy(policy, payload, Path(checkpoint), device, check_inputs)

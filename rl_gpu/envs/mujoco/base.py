@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import math
+import os
 import re
 from dataclasses import fields, replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from torch import Tensor
 from rl_gpu.core.types import EnvSpec
 from rl_gpu.envs.base import EnvState, TensorEnv
 from rl_gpu.envs.dependency_warnings import warnings_once
+from rl_gpu.envs.params import check_num_envs
 from rl_gpu.envs.mujoco.engine import MujocoEngine, require_mujoco
 from rl_gpu.envs.mujoco.randomization import Randomization, build_variants, draw_scales
 from rl_gpu.envs.mujoco.warp_engine import WarpEngine
@@ -91,6 +93,22 @@ def compile_mjcf(path: str):
     return model
 
 
+def check_worlds_fit(model, num_envs: int, num_variants: int, name: str) -> None:
+    """Refuse, before allocating, ``num_envs`` worlds (and ``num_variants`` model copies) whose MuJoCo buffers
+    alone (``nbuffer`` bytes each) would exceed this machine's memory."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # no sysconf: nothing to compare against
+        return
+    need = (num_envs + num_variants) * int(model.nbuffer)
+    if need > memory:
+        raise ValueError(f"{name}: {num_envs:,} worlds" + (f" and {num_variants:,} model variants" if num_variants
+                                                           else "")
+                         + f" need at least {need / 2**30:,.1f} GiB of MuJoCo buffers, more than the "
+                         f"{memory / 2**30:,.1f} GiB of memory here; lower num_envs"
+                         + (" or num_variants" if num_variants else ""))
+
+
 class MujocoEnv(TensorEnv[MjInner]):
     """N worlds of one MJCF on MuJoCo's C engine (:class:`~rl_gpu.envs.mujoco.engine.MujocoEngine`) or on
     MuJoCo Warp (:class:`~rl_gpu.envs.mujoco.warp_engine.WarpEngine`).
@@ -129,7 +147,10 @@ class MujocoEnv(TensorEnv[MjInner]):
             raise TypeError(f"randomization must be a Randomization or a dict of its fields, got "
                             f"{type(randomization).__name__}")
         self.randomization = randomization
+        num_envs = check_num_envs(num_envs)
         self.model = self.load_model()
+        check_worlds_fit(self.model, num_envs, randomization.num_variants if randomization is not None else 0,
+                         type(self).__name__)
         self._pool_seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
         scales = None
         if randomization is not None and randomization.active:
@@ -147,8 +168,6 @@ class MujocoEnv(TensorEnv[MjInner]):
         self.action_low, self.action_high = tuple(map(float, low)), tuple(map(float, high))
         self._term_sums: Tensor | None = None
         super().__init__(num_envs, device, seed, **kwargs)
-        if self.params_type is not None:
-            check_task_params(self.params)
         self.init_qpos, self.init_qvel = self.init_qpos.to(self.device), self.init_qvel.to(self.device)
         self._term_sums = torch.zeros(num_envs, len(self.reward_terms), dtype=torch.float64, device=self.device)
         self._finished_terms = torch.zeros(len(self.reward_terms), dtype=torch.float64, device=self.device)
@@ -169,6 +188,10 @@ class MujocoEnv(TensorEnv[MjInner]):
             self.engine = MujocoEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields)
         if old is not None:
             old.close()
+
+    def _check_params(self) -> None:
+        """The task's own checks (its ranges may be unbounded: ``healthy_z_range = (0.7, inf)``)."""
+        check_task_params(self.params)
 
     @classmethod
     @abc.abstractmethod

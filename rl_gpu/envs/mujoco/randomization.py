@@ -22,6 +22,10 @@ except ImportError:  # pragma: no cover - exercised only without the optional de
 Range = tuple[float, float]
 
 
+MAX_VARIANTS = 2**16
+"""Most model variants of one pool (each is a compiled copy of the model)."""
+
+
 @dataclass(frozen=True)
 class Randomization:
     """Ranges of physics scales drawn per model variant (uniform in ``[low, high]``; None: nominal)."""
@@ -38,8 +42,10 @@ class Randomization:
     """K, the size of the model pool rows draw from at reset."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_variants, bool) or not isinstance(self.num_variants, int) or self.num_variants < 1:
-            raise ValueError(f"num_variants must be a positive int, got {self.num_variants!r}")
+        if isinstance(self.num_variants, bool) or not isinstance(self.num_variants, int) \
+                or not 1 <= self.num_variants <= MAX_VARIANTS:
+            raise ValueError(f"num_variants must be a positive int, at most {MAX_VARIANTS:,} (each variant is a copy "
+                             f"of the model), got {self.num_variants!r}")
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "num_variants" or value is None:

@@ -1,0 +1,45 @@
+"""Checking what an environment is built with, before anything is allocated: the number of rows and the
+parameters (a frozen dataclass per environment, ``params_type``).
+
+A parameter is checked against its declared type (an ``int`` is not a ``bool``, a ``float`` is finite:
+:mod:`rl_gpu.core.schema`) and, when the dataclass names it in its ``positive`` class attribute, must be above 0.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+from rl_gpu.core.errors import UsageError
+from rl_gpu.core.schema import check_fields
+
+MAX_NUM_ENVS = 2**31 - 1
+"""Most rows of one batch (indices stay 32-bit; memory is checked when the state is allocated)."""
+
+
+def check_num_envs(num_envs: Any) -> int:
+    """``num_envs`` as a Python int: any integer (numpy's too) from 1 to :data:`MAX_NUM_ENVS`, else
+    ``ValueError``."""
+    if isinstance(num_envs, bool):
+        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+    try:
+        n = operator.index(num_envs)
+    except TypeError:
+        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}") from None
+    if not 1 <= n <= MAX_NUM_ENVS:
+        raise ValueError(f"num_envs must be between 1 and {MAX_NUM_ENVS:,}, got {n:,}")
+    return n
+
+
+def check_params(params: Any, env_name: str) -> None:
+    """Raise :class:`~rl_gpu.core.errors.UsageError` (a ``ValueError``) naming the first parameter of the
+    dataclass ``params`` whose value does not match its type, or is not above 0 where the dataclass's
+    ``positive`` names it."""
+    def label(name: str) -> str:
+        return f"{env_name} parameter {name}"
+
+    check_fields(params, label=label)
+    for name in getattr(type(params), "positive", ()):
+        value = getattr(params, name)
+        if not value > 0:
+            raise UsageError(f"{label(name)} must be above 0, got {value!r}")
