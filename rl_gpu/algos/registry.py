@@ -64,7 +64,9 @@ class AlgorithmSpec:
     """Trains a policy of any registered kind (``--policy KIND``; :mod:`rl_gpu.nn.kinds`), built through
     ``Setup.policy``; otherwise it builds its own and ``--policy`` is refused."""
     check: str | None = None
-    """``"module:function"``: ``check(config)`` raises ``UsageError`` for other settings it cannot run."""
+    """``"module:function"``: ``check(config)`` raises ``UsageError`` for a run it cannot make (settings that
+    together leave nothing to learn, say); called when a run starts, before anything is written
+    (:meth:`check_start`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
@@ -98,8 +100,8 @@ class AlgorithmSpec:
         return _load(self.factory).from_setup(setup, config)
 
     def check_run(self, config: Any) -> None:
-        """Refuse a run configuration (``TrainConfig``) this algorithm cannot train, naming the flag: the
-        capabilities above, then its own ``check``."""
+        """Refuse a configuration (``TrainConfig``) this algorithm cannot train, naming the flag: the
+        capabilities above (checked whenever a configuration is built)."""
         if config.parallel and not self.population:
             able = " or ".join(n.upper() for n, s in _ALGORITHMS.items() if s.population) or "no algorithm"
             raise UsageError(f"--parallel trains populations of {able} only, not --algo {self.name}: without "
@@ -122,6 +124,9 @@ class AlgorithmSpec:
         for bad, flag, why in refused:
             if bad:
                 raise UsageError(f"{flag} does not apply to --algo {self.name} ({why}): drop it")
+
+    def check_start(self, config: Any) -> None:
+        """The algorithm's own ``check`` of a whole run, when one starts (before anything is written)."""
         if self.check is not None:
             _load(self.check)(config)
 
@@ -173,10 +178,12 @@ register_algorithm(AlgorithmSpec(
     self_play=True, population=True, policies=True))
 register_algorithm(AlgorithmSpec(
     name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
-    summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1))
+    summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1,
+    check="rl_gpu.algos.offpolicy.config:check_run"))
 register_algorithm(AlgorithmSpec(
     name="td3", config="rl_gpu.algos.td3.config:TD3Config", factory="rl_gpu.algos.td3.algorithm:TD3",
-    summary="twin delayed DDPG (off-policy; continuous actions)", default_num_steps=1))
+    summary="twin delayed DDPG (off-policy; continuous actions)", default_num_steps=1,
+    check="rl_gpu.algos.offpolicy.config:check_run"))
 register_algorithm(AlgorithmSpec(
     name="neurd", config="rl_gpu.algos.neurd.config:NeuRDConfig", factory="rl_gpu.algos.neurd.algorithm:NeuRD",
     summary="full-width neural replicator dynamics (two-player zero-sum games small enough to enumerate)",

@@ -88,7 +88,7 @@ class SquashedActor(nn.Module):
         """``[N, D]`` pre-squash mean for preprocessed observations ``x`` ``[N, O]``."""
         return self.actor(x)[..., : self.action_dim]
 
-    def value(self, obs: Tensor) -> Tensor:
+    def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
         """``[N]`` zeros: the critics are the algorithm's, not the policy's."""
         return torch.zeros(obs.shape[0], device=obs.device)
 
@@ -129,10 +129,12 @@ class SquashedGaussianActor(SquashedActor):
         return D.squashed_gaussian_sample(mean, log_std, noise)
 
     def act(self, obs: Tensor, action_mask: Tensor | None = None, generator: torch.Generator | None = None,
-            deterministic: bool = False, noise: Tensor | None = None) -> PolicyOutput:
+            deterministic: bool = False, noise: Tensor | None = None,
+            critic_obs: Tensor | None = None) -> PolicyOutput:
         """Environment actions ``[N, D]``: sampled (from ``noise``, ``[N, D]`` standard normal, when given, else
         drawn with ``generator``), or ``bias + scale * tanh(mean)`` if ``deterministic`` (its ``log_prob`` is
-        that of the mean's pre-squash value). ``action_mask`` is ignored."""
+        that of the mean's pre-squash value). ``action_mask`` and ``critic_obs`` (an environment's ``critic`` group,
+        which the actor does not read) are ignored."""
         mean, log_std = self.heads(self.preprocess(obs))
         if deterministic:
             u = mean
@@ -168,10 +170,12 @@ class DeterministicActor(SquashedActor):
         return torch.tanh(self.actor(x))
 
     def act(self, obs: Tensor, action_mask: Tensor | None = None, generator: torch.Generator | None = None,
-            deterministic: bool = False, noise: Tensor | None = None) -> PolicyOutput:
+            deterministic: bool = False, noise: Tensor | None = None,
+            critic_obs: Tensor | None = None) -> PolicyOutput:
         """Environment actions ``[N, D]``: the deterministic action, plus exploration noise (from ``noise``,
         ``[N, D]`` standard normal, when given, else drawn with ``generator``) unless ``deterministic``. The
-        policy has no density: ``log_prob`` and ``value`` are zeros. ``action_mask`` is ignored."""
+        policy has no density: ``log_prob`` and ``value`` are zeros. ``action_mask`` and ``critic_obs`` are
+        ignored."""
         y = self.squashed(self.preprocess(obs))
         if not deterministic:
             if noise is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.core.device import resolve_device
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.registry import is_known, make, registered_ids
@@ -23,6 +24,7 @@ def check_env_id(env_id: str) -> None:
 def prepare(config: TrainConfig) -> torch.device:
     """Checks that need no files, in the order a user would fix them; returns the device."""
     check_machine_limits(config)
+    algorithm_spec(config.algo).check_start(config)
     check_env_id(config.env)
     device = resolve_device(config.device)
     torch.set_num_threads(config.threads)

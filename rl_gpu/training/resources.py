@@ -81,9 +81,10 @@ def check_memory(config: TrainConfig, spec: EnvSpec, device: torch.device) -> No
             f"{' '.join(str(h) for h in config.hidden_sizes)}{_buffer(config)} needs about {_gib(need)} "
             f"({'replay' if _buffer(config) else 'rollout'} storage, networks, optimiser state), more than "
             f"the {_gib(have)} {what} this machine's {device}; lower --num-envs, --num-steps"
-            f"{', --buffer-size' if _buffer(config) else ''} or --hidden-sizes")
+            f"{', --buffer-size, --batch-size' if _buffer(config) else ''} or --hidden-sizes")
 
 
 def _buffer(config: TrainConfig) -> str:
-    size = getattr(config.algo_config(), "buffer_size", None)
-    return "" if size is None else f" and --buffer-size {size:,}"
+    params = config.algo_config()
+    size, batch = getattr(params, "buffer_size", None), getattr(params, "batch_size", None)
+    return "" if size is None else f", --buffer-size {size:,} and --batch-size {batch:,}"

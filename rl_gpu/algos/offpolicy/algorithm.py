@@ -86,6 +86,10 @@ class OffPolicyAlgorithm(LearningRateSchedule):
                  config: OffPolicyConfig, env: VecEnv, learning_rate: float, seed: int, compile: str = "off",
                  num_steps: int | None = None, anneal_lr: bool = False) -> None:
         check_env(env, self.NAME)
+        horizon = env.spec.max_episode_steps
+        if horizon is not None and config.n_step > horizon:
+            raise ValueError(f"--n-step {config.n_step} is longer than an episode of {type(env).__name__} "
+                             f"({horizon} steps): give at most {horizon}")
         self.config = config
         self.env = env
         self.device = env.device

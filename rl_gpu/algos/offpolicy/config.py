@@ -8,6 +8,10 @@ from rl_gpu.core.schema import check_fields
 
 MAX_BUFFER_SIZE = 10**10
 """Upper bound of --buffer-size (the memory check refuses what the machine cannot hold)."""
+MAX_N_STEP = 1000
+"""Upper bound of --n-step (and an episode's length bounds it further: checked when the run starts)."""
+MAX_UPDATES_PER_STEP = 1000
+"""Upper bound of --updates-per-step (an iteration's updates are planned, and their noise drawn, at once)."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,8 @@ class OffPolicyConfig:
             "buffer_size": 1 <= self.buffer_size <= MAX_BUFFER_SIZE,
             "batch_size": self.batch_size >= 1,
             "learning_starts": self.learning_starts >= 0,
-            "updates_per_step": self.updates_per_step > 0,
-            "n_step": self.n_step >= 1,
+            "updates_per_step": 0 < self.updates_per_step <= MAX_UPDATES_PER_STEP,
+            "n_step": 1 <= self.n_step <= MAX_N_STEP,
             "n_critics": self.n_critics >= 1,
             "noise_correlation": 0.0 <= self.noise_correlation < 1.0,
             **extra,
@@ -65,8 +69,9 @@ class OffPolicyConfig:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
             algo = type(self).__name__.removesuffix("Config")
             raise ValueError(f"invalid {algo} hyper-parameters: {values} (gamma in [0, 1], tau in (0, 1], "
-                             f"buffer_size in [1, {MAX_BUFFER_SIZE:.0e}], batch_size, n_step and n_critics >= 1, "
-                             f"learning_starts >= 0, updates_per_step > 0, noise_correlation in [0, 1){rule})")
+                             f"buffer_size in [1, {MAX_BUFFER_SIZE:.0e}], batch_size and n_critics >= 1, n_step in "
+                             f"[1, {MAX_N_STEP}], learning_starts >= 0, updates_per_step in (0, "
+                             f"{MAX_UPDATES_PER_STEP}], noise_correlation in [0, 1){rule})")
 
     def updates_per_iteration(self, num_steps: int) -> int:
         """Gradient updates of an iteration of ``num_steps`` vector steps; ``ValueError`` unless a positive
@@ -87,3 +92,20 @@ class OffPolicyConfig:
         collected = num_envs * num_steps * (2 * obs_size + action_size + 6)
         activations = self.batch_size * sum(hidden_sizes) * (self.n_critics * 2 + 2) * 2
         return replay + collected + activations
+
+
+def check_run(config) -> None:
+    """What a whole run (``TrainConfig``) of SAC or TD3 cannot do, refused before anything is written, naming the
+    setting: a warm-up (``--learning-starts``) the run's budget never gets past (no update would ever happen)."""
+    from rl_gpu.core.errors import UsageError
+
+    params = config.algo_params
+    per_iteration = config.num_envs * (config.num_steps or 1)
+    budget = config.total_timesteps if config.total_timesteps is not None else config.max_updates * per_iteration
+    if params.learning_starts >= budget:
+        limit = (f"--total-timesteps {config.total_timesteps:,}" if config.total_timesteps is not None else
+                 f"--max-updates {config.max_updates:,} x --num-envs {config.num_envs} x --num-steps "
+                 f"{config.num_steps or 1} = {budget:,} steps")
+        raise UsageError(f"--learning-starts {params.learning_starts:,}: the run ends ({limit}) before that many "
+                         "transitions are collected, so no update would ever happen; lower --learning-starts or "
+                         "raise the budget")
