@@ -26,3 +26,15 @@ def benchmark_script():
         finally:
             sys.path.remove(str(BENCHMARKS))
     return load
+
+
+@pytest.fixture(scope="session")
+def call_main():
+    """``call_main(command, *args)`` -> ``(exit code, stdout, stderr)`` of a command's ``main`` run in this process
+    (tests/cli/cli_call.py, for the tests of any folder)."""
+    folder = str(Path(__file__).resolve().parent / "cli")
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module("cli_call").call_main
+    finally:
+        sys.path.remove(folder)

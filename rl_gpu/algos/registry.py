@@ -18,12 +18,12 @@ it so). An algorithm of your own is one :func:`register_algorithm` call::
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from rl_gpu.core.errors import UsageError
+from rl_gpu.core.named import NamedRegistry, load_entry
 
 COMPILE_MODES = ("off", "inductor", "cudagraphs")
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -86,7 +86,7 @@ class AlgorithmSpec:
 
     def config_class(self) -> type:
         """The hyper-parameters' dataclass (imported on first use)."""
-        cls = _load(self.config)
+        cls = load_entry(self.config)
         if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
             raise TypeError(f"algorithm {self.name!r}: {self.config} is not a dataclass")
         return cls
@@ -97,16 +97,17 @@ class AlgorithmSpec:
 
     def build(self, setup: Any, config: Any) -> Any:
         """The algorithm bound to ``setup`` (:class:`~rl_gpu.algos.base.Setup`) with hyper-parameters ``config``."""
-        return _load(self.factory).from_setup(setup, config)
+        return load_entry(self.factory).from_setup(setup, config)
 
     def check_run(self, config: Any) -> None:
         """Refuse a configuration (``TrainConfig``) this algorithm cannot train, naming the flag: the
         capabilities above (checked whenever a configuration is built)."""
         if config.parallel and not self.population:
-            able = " or ".join(n.upper() for n, s in _ALGORITHMS.items() if s.population) or "no algorithm"
+            able = " or ".join(n.upper() for n in algorithm_names() if algorithm_spec(n).population) \
+                or "no algorithm"
             raise UsageError(f"--parallel trains populations of {able} only, not --algo {self.name}: without "
                              "--parallel the seeds run one after another")
-        league = " or ".join(n.upper() for n, s in _ALGORITHMS.items() if s.self_play) or "no algorithm"
+        league = " or ".join(n.upper() for n in algorithm_names() if algorithm_spec(n).self_play) or "no algorithm"
         refused = [(config.self_play and not self.self_play, "--self-play",
                     "it is self-play by itself; --self-play is the league of " + league if self.self_play_only
                     else "it has no league of its own snapshots; " + league + " has"),
@@ -128,42 +129,30 @@ class AlgorithmSpec:
     def check_start(self, config: Any) -> None:
         """The algorithm's own ``check`` of a whole run, when one starts (before anything is written)."""
         if self.check is not None:
-            _load(self.check)(config)
+            load_entry(self.check)(config)
 
 
-def _load(entry: str) -> Any:
-    module, name = entry.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-_ALGORITHMS: dict[str, AlgorithmSpec] = {}
+_ALGORITHMS = NamedRegistry(AlgorithmSpec, "algorithm")
 
 
 def register_algorithm(spec: AlgorithmSpec, *, override: bool = False) -> None:
     """Make ``spec`` trainable as ``--algo spec.name`` (``ValueError`` for a name taken, unless ``override``)."""
-    if not isinstance(spec, AlgorithmSpec):
-        raise TypeError(f"register_algorithm takes an AlgorithmSpec, got {type(spec).__name__}")
-    if spec.name in _ALGORITHMS and not override and _ALGORITHMS[spec.name] != spec:
-        raise ValueError(f"algorithm {spec.name!r} is already registered; pass override=True")
-    _ALGORITHMS[spec.name] = spec
+    _ALGORITHMS.register(spec, override)
 
 
 def unregister_algorithm(name: str) -> None:
     """Remove ``name`` (a plugin's tests clean up with it)."""
-    _ALGORITHMS.pop(name, None)
+    _ALGORITHMS.unregister(name)
 
 
 def algorithm_names() -> tuple[str, ...]:
     """Every registered ``--algo`` value, built-in ones first."""
-    return tuple(_ALGORITHMS)
+    return _ALGORITHMS.names()
 
 
 def algorithm_spec(name: object) -> AlgorithmSpec:
     """The spec registered as ``name``; :class:`~rl_gpu.core.errors.UsageError` naming the known ones otherwise."""
-    spec = _ALGORITHMS.get(name) if isinstance(name, str) else None
-    if spec is None:
-        raise UsageError(f"unknown algorithm {name!r}; known: {', '.join(_ALGORITHMS)}")
-    return spec
+    return _ALGORITHMS.get(name)
 
 
 def make_algorithm(name: str, setup: Any, config: Any) -> Any:

@@ -16,13 +16,12 @@ What a policy of any kind offers (the :class:`~rl_gpu.algos.base.ExportablePolic
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl_gpu.core.errors import UsageError
+from rl_gpu.core.named import NamedRegistry, load_entry
 
 KEY_TYPES = (int, bool, float, list, "bounds")
 """What a config entry may be declared as: a positive int, a bool, a finite float, a list of positive ints
@@ -70,7 +69,7 @@ class PolicyKind:
 
     def build(self, config: Mapping[str, Any]) -> Any:
         """The policy ``config`` describes (its ``kind`` entry aside)."""
-        return _load(self.factory)(**{k: v for k, v in config.items() if k != "kind"})
+        return load_entry(self.factory)(**{k: v for k, v in config.items() if k != "kind"})
 
     def for_environment(self, spec: Any, hidden_sizes: Sequence[int], normalize_obs: bool,
                         init_log_std: float) -> Any:
@@ -81,43 +80,31 @@ class PolicyKind:
             theirs = "continuous" if spec.is_continuous else "discrete"
             raise ValueError(f"policy kind {self.name!r} takes {self.actions} actions; the environment's are "
                              f"{theirs}")
-        return _load(self.for_env)(spec, tuple(hidden_sizes), normalize_obs, init_log_std)
+        return load_entry(self.for_env)(spec, tuple(hidden_sizes), normalize_obs, init_log_std)
 
 
-def _load(entry: str) -> Any:
-    module, name = entry.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-_KINDS: dict[str, PolicyKind] = {}
+_KINDS = NamedRegistry(PolicyKind, "policy kind")
 
 
 def register_policy_kind(kind: PolicyKind, *, override: bool = False) -> None:
     """Make ``kind`` buildable, loadable and exportable (``ValueError`` for a name taken, unless ``override``)."""
-    if not isinstance(kind, PolicyKind):
-        raise TypeError(f"register_policy_kind takes a PolicyKind, got {type(kind).__name__}")
-    if kind.name in _KINDS and not override and _KINDS[kind.name] != kind:
-        raise ValueError(f"policy kind {kind.name!r} is already registered; pass override=True")
-    _KINDS[kind.name] = kind
+    _KINDS.register(kind, override)
 
 
 def unregister_policy_kind(name: str) -> None:
     """Remove ``name`` (a plugin's tests clean up with it)."""
-    _KINDS.pop(name, None)
+    _KINDS.unregister(name)
 
 
 def policy_kind_names() -> tuple[str, ...]:
     """Every registered kind, built-in ones first."""
-    return tuple(_KINDS)
+    return _KINDS.names()
 
 
 def policy_kind(name: object) -> PolicyKind:
     """The kind registered as ``name``; :class:`~rl_gpu.core.errors.UsageError` (a ``ValueError``) naming the
     known ones otherwise."""
-    kind = _KINDS.get(name) if isinstance(name, str) else None
-    if kind is None:
-        raise UsageError(f"unknown policy kind {name!r}; known: {', '.join(map(repr, _KINDS))}")
-    return kind
+    return _KINDS.get(name)
 
 
 def build_policy(config: Mapping[str, Any]) -> Any:

@@ -3,8 +3,6 @@ observation; the group is accepted, not an error), and settings that make a run 
 anything is written, naming the setting: a warm-up the budget never gets past, an n-step return longer than an
 episode, updates per step or an n-step beyond their bounds, a batch too big for memory."""
 
-import contextlib
-import io
 from typing import NamedTuple
 
 import pytest
@@ -47,20 +45,15 @@ TINY = ["--env", f"{__name__}:DriftEnv", "--num-envs", "4", "--num-steps", "8", 
         "--device", "cpu", "--hidden-sizes", "16", "--batch-size", "16", "--buffer-size", "512"]
 
 
-def call(*args):
+@pytest.fixture
+def call(call_main):
     from rl_gpu.cli.train import main
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-    return code, err.getvalue()
+    return lambda *args: call_main(main, *args)[::2]  # (exit code, stderr)
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_an_env_with_a_critic_group_trains(algo, tmp_path):
+def test_an_env_with_a_critic_group_trains(algo, tmp_path, call):
     code, err = call("--algo", algo, *TINY, "--learning-starts", "32", "--max-updates", "4",
                      "--output", tmp_path / "run")
     assert code == 1, err  # trained, validated and evaluated; the goal (a return of 0) is out of reach
@@ -78,7 +71,7 @@ def test_an_env_with_a_critic_group_trains(algo, tmp_path):
     (["--updates-per-step", "1000000000", "--max-updates", "4"], "updates_per_step=1000000000.0"),
     (["--batch-size", "1000000000", "--learning-starts", "32", "--max-updates", "4"], "--batch-size 1,000,000,000"),
 ])
-def test_impossible_runs_are_refused_before_anything_is_written(args, needle, tmp_path):
+def test_impossible_runs_are_refused_before_anything_is_written(args, needle, tmp_path, call):
     code, err = call("--algo", "sac", *TINY, *args, "--output", tmp_path / "run")
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "run").exists()

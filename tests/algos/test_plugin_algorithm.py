@@ -3,10 +3,8 @@
 hyper-parameters are flags, its section alone is saved, its run validates, checkpoints, resumes exactly and is
 evaluated and exported like any other, and what it declares it cannot run is refused before anything is written."""
 
-import contextlib
 import copy
 import dataclasses
-import io
 import json
 from dataclasses import dataclass
 
@@ -106,24 +104,14 @@ TINY = ["--env", "CartPole-v1", "--algo", "toy", "--num-envs", "8", "--eval-ever
         "--hidden-sizes", "16", "--checkpoint-every", "2", "--quiet"]
 
 
-def call_main(command, *args):
-    """``(exit code, stdout, stderr)`` of a command's ``main`` run in this process."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = command([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
-
-
-def train(*args):
+@pytest.fixture
+def train(call_main):
     from rl_gpu.cli.train import main
 
-    return call_main(main, *TINY, *args)
+    return lambda *args: call_main(main, *TINY, *args)
 
 
-def test_a_registered_algorithm_trains_resumes_evaluates_and_exports(toy, tmp_path):
+def test_a_registered_algorithm_trains_resumes_evaluates_and_exports(toy, tmp_path, train, call_main):
     assert "toy" in algorithm_names()
     code, out, err = train("--toy-gamma", "0.9", "--max-updates", "4", "--output", tmp_path / "one")
     assert code == 1, err  # the goal is out of reach: every file is written, exit 1
@@ -157,7 +145,7 @@ def test_a_registered_algorithm_trains_resumes_evaluates_and_exports(toy, tmp_pa
     assert code == 0 and (tmp_path / "policy.pt").is_file(), err
 
 
-def test_its_flags_and_refusals_come_from_its_spec(toy, tmp_path):
+def test_its_flags_and_refusals_come_from_its_spec(toy, tmp_path, train, call_main):
     from rl_gpu.cli.train import main
 
     code, out, _ = call_main(main, "--algo", "toy", "--help")

@@ -3,7 +3,6 @@
 evaluates, loads with ``rl_gpu.load`` and exports to TorchScript and ONNX, with no change to rl_gpu; where it is
 not registered, its checkpoints are refused in one line."""
 
-import contextlib
 import io
 import json
 
@@ -64,22 +63,13 @@ def toy_kind():
     unregister_policy_kind("toy_linear")
 
 
-def call(command, *args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = command([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
-
-
 TINY = ["--num-envs", "8", "--num-steps", "16", "--max-updates", "2", "--eval-every", "1",
         "--eval-episodes", "8", "--final-eval-episodes", "8", "--solve-threshold", "1e9", "--min-updates", "1",
         "--device", "cpu", "--quiet"]
 
 
-def test_a_registered_policy_kind_trains_evaluates_loads_and_exports(toy_kind, tmp_path):
+def test_a_registered_policy_kind_trains_evaluates_loads_and_exports(toy_kind, tmp_path, call_main):
+    call = call_main
     import rl_gpu
     from rl_gpu.cli.evaluate import main as evaluate
     from rl_gpu.cli.train import main as train
@@ -119,7 +109,8 @@ def test_a_registered_policy_kind_trains_evaluates_loads_and_exports(toy_kind, t
         rl_gpu.load(run / "best.pt")
 
 
-def test_what_a_kind_cannot_do_is_refused_before_anything_is_written(toy_kind, tmp_path):
+def test_what_a_kind_cannot_do_is_refused_before_anything_is_written(toy_kind, tmp_path, call_main):
+    call = call_main
     from rl_gpu.cli.train import main as train
 
     for args, needle in [(["--policy", "nope", "--env", "CartPole-v1"], "--policy 'nope' is not a registered policy kind; known: auto,"),

@@ -4,8 +4,6 @@ Every ``train`` (fresh, ``--resume``, ``--overwrite``) holds its folder's lock f
 process refuses in one line naming the holder, and a lock whose holder died is taken over with a note. Export,
 evaluate, bench and plot refuse an output that is one of a run's files or lies inside a live run."""
 
-import contextlib
-import io
 import json
 import os
 
@@ -18,18 +16,13 @@ TINY = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--max-up
         "--device", "cpu", "--hidden-sizes", "8", "--quiet"]
 
 
-def call(command, *args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = command([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code
-    return code, out.getvalue(), err.getvalue()
+@pytest.fixture(scope="session")
+def call(call_main):
+    return call_main
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, call):
     from rl_gpu.cli.train import main
 
     out = tmp_path_factory.mktemp("locked") / "out"
@@ -70,7 +63,7 @@ def test_locks_are_all_or_none_and_leave_no_empty_folder(tmp_path):
 
 @pytest.mark.parametrize("flags", [["--resume", "{run}", "--max-updates", "3"],
                                    [*TINY, "--output", "{out}", "--overwrite"]])
-def test_a_live_run_refuses_a_second_train(run, flags):
+def test_a_live_run_refuses_a_second_train(run, flags, call):
     from rl_gpu.cli.train import main
 
     def files():
@@ -84,7 +77,7 @@ def test_a_live_run_refuses_a_second_train(run, flags):
     assert files() == before
 
 
-def test_outputs_never_land_on_a_runs_files(run, tmp_path):
+def test_outputs_never_land_on_a_runs_files(run, tmp_path, call):
     from rl_gpu.cli.bench import main as bench
     from rl_gpu.cli.evaluate import main as evaluate
     from rl_gpu.cli.export import main as export
