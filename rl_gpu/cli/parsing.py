@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from decimal import Decimal, InvalidOperation
 import io
 import os
 import re
@@ -56,7 +57,35 @@ def _first_message(text: str) -> str:
 _METAVARS = {int: "INT", float: "FLOAT", str: "STR", Path: "PATH"}
 
 REGISTRY = ConstructorRegistry()
-"""tyro rules of this package's commands (the optional scalars below)."""
+"""tyro rules of this package's commands (integers, and the optional scalars below)."""
+
+
+def whole_number(text: str) -> int:
+    """An integer flag's value: ``1000000``, or a whole number written with an exponent or a point (``1e6``,
+    ``2.5e5``, ``300000.0``: what an SB3 user types for a step budget). Anything else (``1.5``, ``nan``, ``1e999``)
+    is a ``ValueError``."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = Decimal(text.strip())
+    except InvalidOperation:
+        raise ValueError(f"{text!r} is not an integer") from None
+    if not number.is_finite() or number.adjusted() > 30 or number != number.to_integral_value():
+        raise ValueError(f"{text!r} is not a whole number")
+    return int(number)
+
+
+@REGISTRY.primitive_rule
+def _integer(info):
+    """``int`` flags take whole numbers written with an exponent too (:func:`whole_number`)."""
+    if info.type is not int:
+        return None
+    return PrimitiveConstructorSpec(
+        nargs=1, metavar="INT", instance_from_str=lambda strings: whole_number(strings[0]),
+        is_instance=lambda x: isinstance(x, int) and not isinstance(x, bool), str_from_instance=lambda x: [str(x)],
+    )
 
 
 @REGISTRY.primitive_rule
@@ -73,7 +102,9 @@ def _optional_scalar(info):
 
     def from_strings(strings: list[str]):
         (text,) = strings
-        return None if text in ("None", "none") else inner(text)
+        if text in ("None", "none"):
+            return None
+        return whole_number(text) if inner is int else inner(text)
 
     return PrimitiveConstructorSpec(
         nargs=1, metavar=_METAVARS[inner], instance_from_str=from_strings,

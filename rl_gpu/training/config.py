@@ -96,7 +96,7 @@ class TrainConfig:
     """step budget: train for this many environment steps (under torchrun, every process's together), then
     stop (exit code 0, status budget_spent); the learning-rate schedule runs over it and a success goal is
     optional (--solve-threshold, or a turn-based game's --success-z, still ends the run early when met). At most
-    10**15; None: train by --max-updates"""
+    10**15 (1e6 is read as 1000000); None: train by --max-updates"""
     eval_every: int = 25
     """validate every this many updates"""
     eval_episodes: int = 16384
