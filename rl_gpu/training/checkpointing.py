@@ -139,6 +139,14 @@ class CheckpointMixin:
                 if isinstance(record, dict) and isinstance(record.get("update", 0), int) \
                         and record.get("update", 0) <= last:
                     kept.append(line)
+            # A stop during this update's validation left its line without the validation: it is held back and
+            # written again with the validation the resumed run makes first, so the record has one line per
+            # update, as an uninterrupted run's.
+            tail = json.loads(kept[-1]) if kept else None
+            if self.validation_due and self.update > 0 and isinstance(tail, dict) \
+                    and tail.get("update") == self.update and "validation" not in tail:
+                self.held_line = tail
+                kept.pop()
             atomic_write_bytes(metrics, "".join(line + "\n" for line in kept).encode())
 
     def checkpointed_update(self) -> int:

@@ -361,6 +361,12 @@ class RunLogger:
         self._show(record)
         return record
 
+    def log_update_again(self, line: Mapping[str, Any]) -> None:
+        """Write again a line an earlier process wrote (a resumed run's held-back update), as it was, with a
+        pending validation of that update merged in."""
+        scalars = {k: v for k, v in line.items() if k not in ("update", "global_step", "validation")}
+        self.log_update(int(line["update"]), int(line["global_step"]), scalars, phases=[])
+
     def print(self, message: str) -> None:
         """Print a line above the live view (or plainly), so trainer messages and the display do not clash."""
         if self.display == "off":

@@ -129,6 +129,8 @@ class Trainer(CheckpointMixin):
         self.baseline: EvalResult | None = None
         self.validation_due = False
         """A stop came between this update and its validation: the validation runs first when resumed."""
+        self.held_line: dict | None = None
+        """That update's metrics.jsonl line, held back on resume until its validation is written with it."""
         self.resumed = False
         self.activity = ""
         """What the run is doing, for the message of a stop that cuts an evaluation short."""
@@ -227,7 +229,7 @@ class Trainer(CheckpointMixin):
             try:
                 if self.validation_due:  # a stop came before this update's validation: it goes first
                     self.activity = f"the validation at update {self.update}"
-                    logger.log_validation(self.update, self.global_step, self.validate())
+                    self.validate_held_update(logger)
                     self.validation_due = False
                     self.save("last.pt")
                 if self.streak >= cfg.consecutive_passes and self.update >= cfg.min_updates:
@@ -313,6 +315,17 @@ class Trainer(CheckpointMixin):
                 self.log = original_log
         return status, reason, signum
 
+    def validate_held_update(self, logger: RunLogger) -> None:
+        """The validation a stop cut short, first thing in a resumed run; the update's line held back from
+        metrics.jsonl (:meth:`resume_from`) is written again with it, or without it when a stop cuts this one
+        short too (then the next resume holds it back again)."""
+        held, self.held_line = self.held_line, None
+        try:
+            logger.log_validation(self.update, self.global_step, self.validate())
+        finally:
+            if held is not None:
+                logger.log_update_again(held)
+
     def run_logger(self) -> RunLogger:
         """The run's metrics.jsonl + TensorBoard + progress view; trainer messages print through it."""
         cfg = self.config
@@ -322,7 +335,8 @@ class Trainer(CheckpointMixin):
             self.run_dir, label=f"seed {self.seed}",
             total_updates=None if cfg.total_timesteps else cfg.max_updates, total_steps=cfg.total_timesteps,
             headline=(self.goal.headline,), log_every=cfg.log_every, display=self.display, quiet=cfg.quiet,
-            device=self.device, start_update=self.update, start_step=self.global_step,
+            device=self.device, start_update=self.update - (self.held_line is not None),
+            start_step=self.global_step,
             start_time=self.train_seconds,
         )
 
