@@ -13,10 +13,12 @@ the lock over, with a note.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +37,20 @@ OUTPUT_FILES = ("summary.json", "pbt.json")
 
 class RunLockedError(UsageError):
     """Another live process holds the run folder's lock (the message names it, on one line)."""
+
+
+def reason_of(error: OSError) -> str:
+    return error.strerror or type(error).__name__
+
+
+def _open_regular(path: Path, flags: int) -> int:
+    """A descriptor of ``path``, refused (``OSError``) unless it is a regular file: never through a symbolic link,
+    and without blocking on a FIFO."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
 
 
 def is_run_dir(folder: Path) -> bool:
@@ -59,7 +75,7 @@ def live_holder(folder: Path) -> str | None:
     """The description of the live process holding ``folder``'s lock, or None when no process holds it."""
     path = Path(folder) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = _open_regular(path, os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -105,9 +121,13 @@ class RunLock:
     def acquire(self) -> "RunLock":
         """Create the folder if needed and take its lock; :class:`RunLockedError` naming the holder when a live
         process has it. A description left by a holder that died is replaced, with a note."""
-        self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd = _open_regular(path, os.O_RDWR | os.O_CREAT)
+        except OSError as e:
+            raise UsageError(f"run folder {self.folder}: cannot take its lock {path} ({reason_of(e)}); it must be "
+                             "a regular file rl-gpu writes (move away whatever is there)") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

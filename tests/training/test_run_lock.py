@@ -108,3 +108,20 @@ def test_outputs_never_land_on_a_runs_files(run, tmp_path, call):
     code, _, err = call(export, best, "--output", tmp_path / "policy.onnx")  # elsewhere: written
     assert code == 0 and (tmp_path / "policy.onnx").is_file(), err
     assert run_file_reason(tmp_path / "last.pt") is None  # a name alone makes no run file
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink", "fifo"])
+def test_a_lock_that_is_not_a_regular_file_is_refused_in_one_line(tmp_path, kind, call):
+    from rl_gpu.cli.train import main
+
+    folder = tmp_path / "out" / "seed-11"
+    folder.mkdir(parents=True)
+    lock = folder / LOCK_FILE
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me")
+    {"directory": lock.mkdir, "symlink": lambda: lock.symlink_to(target),
+     "fifo": lambda: os.mkfifo(lock)}[kind]()
+    code, _, err = call(main, *TINY, "--output", tmp_path / "out", "--overwrite")
+    assert code == 2 and f"cannot take its lock {lock}" in err and len(err.strip().splitlines()) == 1, err
+    assert target.read_text() == "keep me" and sorted(p.name for p in folder.iterdir()) == [LOCK_FILE]
+    assert run_file_reason(folder / "x.onnx") is None or "training" not in run_file_reason(folder / "x.onnx")
