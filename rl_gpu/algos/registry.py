@@ -91,6 +91,13 @@ class AlgorithmSpec:
             raise TypeError(f"algorithm {self.name!r}: {self.config} is not a dataclass")
         return cls
 
+    def num_steps_for(self, spec: Any) -> int:
+        """T when ``--num-steps`` is not given, for environments of ``spec`` (an ``EnvSpec``): a turn-based game's
+        longest game (whole games are collected), else :attr:`default_num_steps`."""
+        if spec.num_players > 1 and spec.episode_horizon is not None:
+            return int(spec.episode_horizon)
+        return self.default_num_steps
+
     def default_config(self) -> Any:
         """Its hyper-parameters' defaults."""
         return self.config_class()()

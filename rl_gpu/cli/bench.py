@@ -220,11 +220,9 @@ def random_actions(env, k: int, generator: torch.Generator) -> torch.Tensor:
 def _algo(cfg: BenchConfig, device: torch.device, n: int, mode: str):
     env = make(cfg.env, num_envs=n, device=device, seed=cfg.seed, validate_actions=False,
                **env_options(cfg.env, cfg.threads))
-    # Turn-based games are collected as whole games (PPO's default T: their longest one); other tasks in rollouts
-    # of 16 steps.
-    episodic = env.spec.num_players > 1
-    horizon = env.spec.episode_horizon
-    steps = cfg.num_steps or ((int(horizon) if horizon is not None else 128) if episodic else 16)
+    # Turn-based games are collected as whole games (PPO's own T); other tasks in rollouts of 16 steps.
+    ppo = algorithm_spec("ppo")
+    steps = cfg.num_steps or (ppo.num_steps_for(env.spec) if env.spec.num_players > 1 else 16)
     torch.manual_seed(cfg.seed)
     slots = steps * n
     minibatches = max(1, slots // cfg.minibatch_size)
@@ -232,7 +230,6 @@ def _algo(cfg: BenchConfig, device: torch.device, n: int, mode: str):
         minibatches += 1
     # Built exactly as the runner builds its algorithm, and timed through the same iterate().
     setup = Setup(env=env, seed=cfg.seed, learning_rate=1e-3, num_steps=steps, compile=mode)
-    ppo = algorithm_spec("ppo")
     algo = ppo.build(setup, ppo.config_class()(num_minibatches=minibatches, update_epochs=4))
     return env, algo, steps
 

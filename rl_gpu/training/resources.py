@@ -37,9 +37,7 @@ def _layer_elements(widths: list[int]) -> int:
 def _num_steps(config: TrainConfig, spec: EnvSpec) -> int:
     if config.num_steps is not None:
         return config.num_steps
-    if spec.num_players > 1 and spec.episode_horizon is not None:
-        return int(spec.episode_horizon)
-    return algorithm_spec(config.algo).default_num_steps
+    return algorithm_spec(config.algo).num_steps_for(spec)
 
 
 def estimate_bytes(config: TrainConfig, spec: EnvSpec) -> int:
