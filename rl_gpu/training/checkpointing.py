@@ -8,6 +8,7 @@ the engine allows it, every random stream, counters, the validation streak and w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,8 +18,12 @@ from torch import Tensor
 from rl_gpu.runtime.checkpoint import CheckpointError, atomic_write_bytes, load_checkpoint, save_checkpoint
 from rl_gpu.runtime.distributed import is_main_process
 from rl_gpu.training.evaluation import EvalResult
+from rl_gpu.training.events import CheckpointSaved
 from rl_gpu.training.lifecycle import check_checkpoint_belongs
 from rl_gpu.training.ranks import gather_payload, rank_trainer_state
+from rl_gpu.training.run_state import RunState
+
+RUN_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(RunState))
 
 
 class CheckpointMixin:
@@ -32,17 +37,11 @@ class CheckpointMixin:
             "env": self.env.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            "update": self.update,
-            "global_step": self.global_step,
-            "train_seconds": self.train_seconds,
-            "best_score": self.best_score,
-            "best_update": self.best_update,
-            "streak": self.streak,
-            "baseline": self.baseline.to_dict() if self.baseline is not None else None,
-            "validation_due": self.validation_due,
+            **self.state.to_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
+        run_state = RunState.from_dict({k: state[k] for k in RUN_STATE_FIELDS if k in state})  # checked first
         self.algo.load_state_dict(state["algorithm"])
         self.initial_policy.load_state_dict(state["initial_policy"])
         self.env.load_state_dict(state["env"])
@@ -54,15 +53,8 @@ class CheckpointMixin:
         torch.set_rng_state(state["torch_rng"].cpu())
         if torch.cuda.is_available() and state["cuda_rng"]:
             torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda_rng"]])
-        self.update = state["update"]
-        self.global_step = state["global_step"]
+        self.state = run_state
         self.steps_taken = None  # counted again from global_step
-        self.train_seconds = state["train_seconds"]
-        self.best_score = state["best_score"]
-        self.best_update = state["best_update"]
-        self.streak = state["streak"]
-        self.baseline = EvalResult.from_dict(state["baseline"]) if state["baseline"] is not None else None
-        self.validation_due = bool(state.get("validation_due", False))
 
     def checkpoint_payload(self, validation: EvalResult | None = None, resumable: bool = True) -> dict:
         """What a checkpoint file holds; without ``resumable``, no training state (no optimiser, environments,
@@ -71,8 +63,8 @@ class CheckpointMixin:
             "env_id": self.config.env,
             "algo": self.config.algo,
             "policy_config": self.algo.policy.config(),
-            "update": self.update,
-            "global_step": self.global_step,
+            "update": self.state.update,
+            "global_step": self.state.global_step,
             "seed": self.seed,
             "config": self.config.to_dict(),
             "validation": validation.to_dict() if validation is not None else None,
@@ -94,6 +86,7 @@ class CheckpointMixin:
             payload = self.checkpoint_payload(validation, resumable=False) if is_main_process() else None
         if payload is not None:
             save_checkpoint(self.run_dir / name, payload)
+            self.events.emit(CheckpointSaved(self.seed, self.run_dir, name, self.run_dir / name, self.state.update))
 
     def state_is_finite(self) -> bool:
         """Whether every floating-point tensor of the algorithm's state (parameters, optimiser moments,
@@ -129,7 +122,7 @@ class CheckpointMixin:
         metrics = self.run_dir / "metrics.jsonl"
         if metrics.exists() and is_main_process():
             # A checkpoint without a baseline was written before the initial validation: its line goes too.
-            last = self.update if self.baseline is not None else -1
+            last = self.state.update if self.state.baseline is not None else -1
             kept = []
             for line in metrics.read_text(errors="replace").splitlines():
                 try:
@@ -143,8 +136,8 @@ class CheckpointMixin:
             # written again with the validation the resumed run makes first, so the record has one line per
             # update, as an uninterrupted run's.
             tail = json.loads(kept[-1]) if kept else None
-            if self.validation_due and self.update > 0 and isinstance(tail, dict) \
-                    and tail.get("update") == self.update and "validation" not in tail:
+            if self.state.validation_due and self.state.update > 0 and isinstance(tail, dict) \
+                    and tail.get("update") == self.state.update and "validation" not in tail:
                 self.held_line = tail
                 kept.pop()
             atomic_write_bytes(metrics, "".join(line + "\n" for line in kept).encode())

@@ -17,9 +17,9 @@ def final_evaluation(self, status: str, reason: str) -> dict:
     written, and a resume runs the final evaluation again."""
     cfg, multi = self.config, self.goal.multi_player
     summary: dict = {"seed": self.seed, "env": cfg.env, "success": status == "success", "status": status,
-                     "reason": reason, "updates": self.update, "global_step": self.global_step,
-                     "train_seconds": self.train_seconds, "best_update": self.best_update,
-                     "initial_validation": self.baseline.to_dict()}
+                     "reason": reason, "updates": self.state.update, "global_step": self.state.global_step,
+                     "train_seconds": self.state.train_seconds, "best_update": self.state.best_update,
+                     "initial_validation": self.state.baseline.to_dict()}
     best_path = self.run_dir / "best.pt"
     # Read where the files are (rank 0 under torchrun) and handed to every process, which plays its share.
     best_state = read_on_main(lambda: load_checkpoint(best_path)["algorithm"]["policy"] if best_path.exists()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from torch import Tensor, nn
@@ -34,6 +34,7 @@ from rl_gpu.runtime.checkpoint import atomic_write_json
 from rl_gpu.runtime.distributed import world_size
 from rl_gpu.runtime.run_files import RunLocks
 from rl_gpu.training.config import TrainConfig
+from rl_gpu.training.events import CallbackLike, check_callbacks
 from rl_gpu.training.outcome import RunResult, report_result
 from rl_gpu.training.preflight import check_run_memory, prepare
 from rl_gpu.training.run_dir import check_run_dirs, prepare_run_dir
@@ -174,11 +175,14 @@ def check_population(config: TrainConfig) -> None:
 
 
 def train_population(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None,
-                     display: str = "auto") -> list[RunResult]:
+                     display: str = "auto", callbacks: Iterable[CallbackLike] = ()) -> list[RunResult]:
     """Train every seed of ``config`` at once (``--parallel``); writes what :func:`~rl_gpu.training.runner.train`
     writes (``OUTPUT/seed-N/`` each, and ``OUTPUT/summary.json`` over the seeds once all have finished), plus
     ``OUTPUT/pbt.json`` with ``--pbt``."""
     check_population(config)
+    if check_callbacks(callbacks):
+        raise UsageError("callbacks are not delivered under --parallel yet (its members run in threads of their "
+                         "own): train the seeds without --parallel to use them")
     device = prepare(config)
     if config.compile not in ("auto", "off"):
         raise UsageError(f"--parallel runs eagerly: --compile {config.compile} is not supported with it "

@@ -17,7 +17,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -57,7 +57,10 @@ from rl_gpu.training.outcome import (  # noqa: F401 (the names callers import fr
 )
 from rl_gpu.training.preflight import check_env_id, check_run_memory, prepare  # noqa: F401
 from rl_gpu.training.run_dir import check_run_dirs, prepare_run_dir
+from rl_gpu.training.budget import Budget
+from rl_gpu.training.events import CallbackLike, Events, check_callbacks, IterationDone, RunEnded, RunStarted, ValidationDone
 from rl_gpu.training.run_logger import RunLogger
+from rl_gpu.training.run_state import RunState
 from rl_gpu.training.seed_summary import describe as describe_seeds
 from rl_gpu.training.seed_summary import seed_summary
 from rl_gpu.training.signals import Stopped, StopRequest
@@ -77,7 +80,8 @@ class Trainer(CheckpointMixin):
     """
 
     def __init__(self, config: TrainConfig, seed: int, run_dir: Path, log: Callable[[str], None] = print,
-                 display: str = "auto", measure: Callable | None = None) -> None:
+                 display: str = "auto", measure: Callable | None = None,
+                 callbacks: Iterable[CallbackLike] = ()) -> None:
         self.config = config
         self.measure = measure
         self.seed = seed
@@ -120,23 +124,17 @@ class Trainer(CheckpointMixin):
         self.metric_names = tuple(self.algo.metric_names) + tuple(f"reward/{t}" for t in self.reward_terms)
         """What one update logs: the algorithm's metrics, then each reward term's sum per finished episode."""
         self.initial_policy = self.algo.initial_policy()
-        self.update = 0
-        self.global_step = 0
-        self.train_seconds = 0.0
-        self.best_score = -math.inf
-        self.best_update = 0
-        self.streak = 0
-        self.baseline: EvalResult | None = None
-        self.validation_due = False
-        """A stop came between this update and its validation: the validation runs first when resumed."""
+        self.state = RunState()
+        """Counters and judgements (:mod:`rl_gpu.training.run_state`); checkpointed with the algorithm."""
         self.held_line: dict | None = None
         """That update's metrics.jsonl line, held back on resume until its validation is written with it."""
         self.resumed = False
         self.activity = ""
         """What the run is doing, for the message of a stop that cuts an evaluation short."""
         self.stop = StopRequest()
-        self.step_bound = config.num_envs * self.num_steps * world_size()
-        """Transitions one update takes at most, all processes together (turn-based games pad, so take fewer)."""
+        self.budget = Budget(config, self.goal, config.num_envs * self.num_steps * world_size())
+        self.events = Events(callbacks if is_main_process() else ())
+        """The run's callbacks (:mod:`rl_gpu.training.events`; rank 0's only under torchrun)."""
         self.steps_taken: Tensor | None = None
         """``global_step`` kept on the device by :meth:`train_one_update` (with a step budget), for the schedules."""
 
@@ -160,6 +158,7 @@ class Trainer(CheckpointMixin):
         final status, evaluate best.pt and write summary.json."""
         cfg = self.config
         self.stop = stop if stop is not None else StopRequest()
+        self.events.emit(RunStarted(self.seed, self.run_dir, self.state.copy(), self.resumed))
         if is_main_process() and not (self.run_dir / "config.json").exists():
             atomic_write_json(self.run_dir / "config.json", {
                 **cfg.to_dict(), "seed": self.seed, "num_steps_resolved": self.num_steps,
@@ -169,13 +168,13 @@ class Trainer(CheckpointMixin):
             self.save("last.pt")  # update 0: from here on a stopped run can always be resumed
         self.activity = "the initial validation"
         try:
-            fresh = self.baseline is None
+            fresh = self.state.baseline is None
             if fresh:
-                self.baseline = self.evaluate(self.initial_policy, cfg.eval_episodes, "validation")
+                self.state.baseline = self.evaluate(self.initial_policy, cfg.eval_episodes, "validation")
             shape = getattr(self.algo, "describe_shape", None) or f"N={cfg.num_envs} envs x T={self.num_steps} steps"
             self.log(f"[seed {self.seed}] {cfg.env}: {shape} on "
-                     f"{self.device}; " + (f"resumed at update {self.update}; " if self.resumed else "")
-                     + f"initial policy: {self.goal.describe(self.baseline)}")
+                     f"{self.device}; " + (f"resumed at update {self.state.update}; " if self.resumed else "")
+                     + f"initial policy: {self.goal.describe(self.state.baseline)}")
             status, reason, signum = self.train_loop(fresh, stop_after)
             summary: dict = {}
             if status in FINAL_STATUSES:
@@ -186,34 +185,13 @@ class Trainer(CheckpointMixin):
             reason = (f"{signal.Signals(signum).name} received during {self.activity}: stopped; "
                       f"{self.run_dir / 'last.pt'} (update {self.checkpointed_update()}) is intact; continue with "
                       f"{resume_args(self.config, self.run_dir)}")
-        return RunResult(self.seed, self.run_dir, status, reason, summary, signum)
-
-    def limit_reached(self) -> bool:
-        """The step budget is spent, or (without one) ``max_updates`` updates are done."""
-        if self.config.total_timesteps is not None:
-            return self.global_step >= self.config.total_timesteps
-        return self.update >= self.config.max_updates
-
-    def limit_status(self) -> tuple[str, str]:
-        cfg = self.config
-        if cfg.total_timesteps is not None:
-            return "budget_spent", (f"spent the budget of {cfg.total_timesteps:,} steps at update {self.update} "
-                                    f"(step {self.global_step:,}); best validation {self.best_score:.4f} at "
-                                    f"update {self.best_update}")
-        if isinstance(self.goal, SelfPlayLeague):  # no goal to meet: the updates are the budget
-            return "budget_spent", (f"trained the --max-updates {cfg.max_updates} updates; best validation "
-                                    f"{self.best_score:.4f} at update {self.best_update}")
-        return "goal_not_met", (f"goal not met within --max-updates {cfg.max_updates}: best validation "
-                                f"{self.best_score:.4f} at update {self.best_update}")
-
-    def success_status(self) -> tuple[str, str]:
-        return "success", (f"validation passed {self.streak} times in a row at update {self.update} "
-                           f"(>= {self.config.min_updates} updates)")
+        result = RunResult(self.seed, self.run_dir, status, reason, summary, signum)
+        self.events.emit(RunEnded(result, self.state.copy()))
+        return result
 
     def train_loop(self, fresh_baseline: bool, stop_after: int | None) -> tuple[str, str, int | None]:
         """The updates of :meth:`run`: returns ``(status, reason, signum)``."""
         cfg, goal, stop = self.config, self.goal, self.stop
-        budget = cfg.total_timesteps
         status, reason, signum = "", "", None
         updates_this_call = 0
         original_log = self.log
@@ -221,49 +199,55 @@ class Trainer(CheckpointMixin):
             if original_log is print:
                 self.log = logger.print
             if fresh_baseline:
-                score, extra, note = self.measured(self.initial_policy, goal.score(self.baseline))
+                score, extra, note = self.measured(self.initial_policy, goal.score(self.state.baseline))
                 if note:
                     self.log(f"[seed {self.seed}] initial policy:{note}")
                 logger.log_validation(0, 0, {"score": score, "passed": False, "streak": 0, **extra})
                 self.save("last.pt")  # now with the baseline
             try:
-                if self.validation_due:  # a stop came before this update's validation: it goes first
-                    self.activity = f"the validation at update {self.update}"
+                if self.state.validation_due:  # a stop came before this update's validation: it goes first
+                    self.activity = f"the validation at update {self.state.update}"
                     self.validate_held_update(logger)
-                    self.validation_due = False
+                    self.state.validation_due = False
                     self.save("last.pt")
-                if self.streak >= cfg.consecutive_passes and self.update >= cfg.min_updates:
-                    status, reason = self.success_status()  # reached before a stop cut the final evaluation
-                elif self.limit_reached():
-                    status, reason = self.limit_status()
+                if self.state.streak >= cfg.consecutive_passes and self.state.update >= cfg.min_updates:
+                    status, reason = self.budget.success_status(self.state)  # before a stop cut the final evaluation
+                elif self.budget.reached(self.state):
+                    status, reason = self.budget.limit_status(self.state)
                 pending: list[PendingUpdate] = []
-                self._read_seconds = self.train_seconds
-                # With a budget, the update from which it can be spent (an update takes at most step_bound
-                # steps): the metrics are read there, so the budget is found spent at the exact update.
-                next_budget_read = self.update + (-(-(budget - self.global_step) // self.step_bound) if budget else 0)
+                self._read_seconds = self.state.train_seconds
+                self.budget.plan_read(self.state)
+                if not status and all_agree(self.events.stop_by is not None):  # asked by a RunStarted callback
+                    status, reason = "paused", self.paused_reason(True)
                 while not status:
                     step_start = time.perf_counter()
                     values = self.train_one_update(logger)
                     stop.agree()  # under torchrun: a signal on any process stops every one here
-                    self.train_seconds += time.perf_counter() - step_start
-                    pending.append(PendingUpdate(self.update, self.train_seconds, logger.take_phases(), values))
+                    self.state.train_seconds += time.perf_counter() - step_start
+                    pending.append(PendingUpdate(self.state.update, self.state.train_seconds, logger.take_phases(),
+                                                 values))
                     updates_this_call += 1
-                    limit_possible = self.update >= (next_budget_read if budget else cfg.max_updates)
-                    validate = self.update % cfg.eval_every == 0
-                    checkpoint = self.update % cfg.checkpoint_every == 0
+                    limit_possible = self.budget.may_be_reached(self.state)
+                    validate = self.state.update % cfg.eval_every == 0
+                    checkpoint = self.state.update % cfg.checkpoint_every == 0
                     pause = stop_after is not None and updates_this_call >= stop_after
                     # The metrics stay on the device until something needs them: a log line, a validation, a
                     # checkpoint (never written after a non-finite update), the limit or a stop. One host read.
                     if not (validate or checkpoint or pause or limit_possible or stop.signum is not None
-                            or self.update == 1 or self.update % cfg.log_every == 0):
+                            or self.state.update == 1 or self.state.update % cfg.log_every == 0):
                         continue
                     *earlier, last = self.read_metrics(pending)
                     pending.clear()
+                    for line in (*earlier, last):
+                        self.events.emit(IterationDone(self.seed, self.run_dir, line.update, line.global_step,
+                                                       dict(line.record)))
+                    by_callback = all_agree(self.events.stop_by is not None)
+                    pause = pause or by_callback
                     for line in earlier:
                         logger.log_update(line.update, line.global_step, line.record, phases=line.phases)
-                    at_limit = self.limit_reached()
-                    if budget and not at_limit:
-                        next_budget_read = self.update + -(-(budget - self.global_step) // self.step_bound)
+                    at_limit = self.budget.reached(self.state)
+                    if not at_limit:
+                        self.budget.plan_read(self.state)
                     validate = validate or at_limit
                     bad = next((line.update for line in (*earlier, last) if not line.finite), None)
                     # Parameters can turn non-finite before any loss does (a huge step): checked, once for all
@@ -271,30 +255,30 @@ class Trainer(CheckpointMixin):
                     saving = validate or checkpoint or at_limit or pause or stop.signum is not None
                     bad_state = all_agree(bad is None and saving and not self.state_is_finite())
                     if bad is None and not bad_state and validate:
-                        self.activity = f"the validation at update {self.update}"
+                        self.activity = f"the validation at update {self.state.update}"
                         try:
-                            logger.log_validation(self.update, self.global_step, self.validate())
+                            logger.log_validation(self.state.update, self.state.global_step, self.validate())
                         except Stopped as stopped:
-                            self.validation_due = True
+                            self.state.validation_due = True
                             logger.log_update(last.update, last.global_step, last.record, phases=last.phases)
                             self.save("last.pt")
                             signum = stopped.signum
                             status, reason = "interrupted", (
                                 f"{signal.Signals(signum).name} received during the validation at update "
-                                f"{self.update}: stopped, saved {self.run_dir / 'last.pt'}; continue with "
+                                f"{self.state.update}: stopped, saved {self.run_dir / 'last.pt'}; continue with "
                                 f"{resume_args(cfg, self.run_dir)} (the validation runs first)")
                             break
-                        if self.streak >= cfg.consecutive_passes:
-                            status, reason = self.success_status()
+                        if self.state.streak >= cfg.consecutive_passes:
+                            status, reason = self.budget.success_status(self.state)
                     logger.log_update(last.update, last.global_step, last.record, phases=last.phases)
                     if bad is not None or bad_state:
                         what = (f"non-finite loss or gradient at update {bad}" if bad is not None else
-                                f"non-finite parameters or optimiser state after update {self.update}")
+                                f"non-finite parameters or optimiser state after update {self.state.update}")
                         return "numerical_error", (f"{what}; training stopped. {self.run_dir / 'last.pt'} holds "
                                                    f"the last finite state (update {self.checkpointed_update()})"
                                                    ), None
                     if not status and at_limit:
-                        status, reason = self.limit_status()
+                        status, reason = self.budget.limit_status(self.state)
                     if status or checkpoint:
                         self.save("last.pt")
                     if status:
@@ -303,17 +287,20 @@ class Trainer(CheckpointMixin):
                         self.save("last.pt")
                         signum = stop.signum
                         status, reason = "interrupted", (
-                            f"{signal.Signals(signum).name} received: stopped after update {self.update}, saved "
+                            f"{signal.Signals(signum).name} received: stopped after update {self.state.update}, saved "
                             f"{self.run_dir / 'last.pt'}; continue with {resume_args(cfg, self.run_dir)}")
                         break
                     if pause:
                         self.save("last.pt")
-                        status, reason = "paused", (f"paused after update {self.update}; continue with "
-                                                    f"{resume_args(cfg, self.run_dir)}")
+                        status, reason = "paused", self.paused_reason(by_callback)
                         break
             finally:
                 self.log = original_log
         return status, reason, signum
+
+    def paused_reason(self, by_callback: bool) -> str:
+        why = f" at the request of callback {self.events.stop_by}" if by_callback and self.events.stop_by else ""
+        return f"paused after update {self.state.update}{why}; continue with {resume_args(self.config, self.run_dir)}"
 
     def validate_held_update(self, logger: RunLogger) -> None:
         """The validation a stop cut short, first thing in a resumed run; the update's line held back from
@@ -321,7 +308,7 @@ class Trainer(CheckpointMixin):
         short too (then the next resume holds it back again)."""
         held, self.held_line = self.held_line, None
         try:
-            logger.log_validation(self.update, self.global_step, self.validate())
+            logger.log_validation(self.state.update, self.state.global_step, self.validate())
         finally:
             if held is not None:
                 logger.log_update_again(held)
@@ -335,9 +322,9 @@ class Trainer(CheckpointMixin):
             self.run_dir, label=f"seed {self.seed}",
             total_updates=None if cfg.total_timesteps else cfg.max_updates, total_steps=cfg.total_timesteps,
             headline=(self.goal.headline,), log_every=cfg.log_every, display=self.display, quiet=cfg.quiet,
-            device=self.device, start_update=self.update - (self.held_line is not None),
-            start_step=self.global_step,
-            start_time=self.train_seconds,
+            device=self.device, start_update=self.state.update - (self.held_line is not None),
+            start_step=self.state.global_step,
+            start_time=self.state.train_seconds,
         )
 
     def train_one_update(self, logger: RunLogger) -> Tensor:
@@ -348,9 +335,9 @@ class Trainer(CheckpointMixin):
         # update can take fewer than step_bound), counted on the device: no read-back, and the same in a
         # resumed run, which starts the count from its checkpoint's exact global_step.
         if budget and self.steps_taken is None:
-            self.steps_taken = torch.tensor(float(self.global_step), dtype=torch.float64, device=self.device)
+            self.steps_taken = torch.tensor(float(self.state.global_step), dtype=torch.float64, device=self.device)
         self.algo.set_progress((self.steps_taken / budget).clamp(max=1.0) if budget
-                               else self.update / self.config.max_updates)
+                               else self.state.update / self.config.max_updates)
         metrics = self.algo.iterate(phase=logger.phase)
         if self.reward_terms:
             metrics.update({f"reward/{k}": v for k, v in self.env.reward_term_stats().items()})
@@ -358,7 +345,7 @@ class Trainer(CheckpointMixin):
                                       self.metric_names)
         if budget:
             self.steps_taken += values[self.metric_names.index("transitions")]
-        self.update += 1
+        self.state.update += 1
         return values
 
     def read_metrics(self, pending: list[PendingUpdate]) -> list[MetricsLine]:
@@ -369,8 +356,8 @@ class Trainer(CheckpointMixin):
         """
         start = time.perf_counter()
         rows = torch.stack([p.values for p in pending]).cpu().tolist()
-        self.train_seconds += time.perf_counter() - start
-        seconds, self._read_seconds = self.train_seconds - self._read_seconds, self.train_seconds
+        self.state.train_seconds += time.perf_counter() - start
+        seconds, self._read_seconds = self.state.train_seconds - self._read_seconds, self.state.train_seconds
         names = self.metric_names
         rate = sum(dict(zip(names, row))["transitions"] for row in rows) / max(seconds, 1e-9)
         lines = []
@@ -382,33 +369,38 @@ class Trainer(CheckpointMixin):
             # A term's mean is NaN in an update where no episode finished: left out, not a numerical fault.
             terms = {name: value for name in [f"reward/{t}" for t in self.reward_terms]
                      if math.isfinite(value := values.pop(name))}
-            self.global_step += int(transitions)
+            self.state.global_step += int(transitions)
             record = {"episodes": int(episodes), "transitions": int(transitions), **values,
-                      "time": self.train_seconds if i == len(pending) - 1 else p.train_seconds,
+                      "time": self.state.train_seconds if i == len(pending) - 1 else p.train_seconds,
                       "steps_per_second": rate}
             if episodes > 0:
                 record[self.goal.headline] = collected[self.goal.source]
             record.update(terms)
             finite = all(math.isfinite(v) for v in values.values())
-            lines.append(MetricsLine(p.update, self.global_step, record, p.phases, finite))
+            lines.append(MetricsLine(p.update, self.state.global_step, record, p.phases, finite))
         return lines
 
     def validate(self) -> dict:
         """Evaluate on the validation stream, update the streak, keep best.pt; returns the record to log."""
         cfg, goal = self.config, self.goal
         result = self.evaluate(self.algo.policy, cfg.eval_episodes, "validation")
-        ok, why = goal.passes(result, self.baseline)
-        self.streak = self.streak + 1 if ok and self.update >= cfg.min_updates else 0
+        ok, why = goal.passes(result, self.state.baseline)
+        self.state.streak = self.state.streak + 1 if ok and self.state.update >= cfg.min_updates else 0
         score, extra, note = self.measured(self.algo.policy, goal.score(result))
         if self.league is not None and is_main_process():
-            atomic_write_json(self.run_dir / "ratings.json", {"update": self.update,
+            atomic_write_json(self.run_dir / "ratings.json", {"update": self.state.update,
                                                               **self.league.ratings_table()})
-        if score > self.best_score:
-            self.best_score, self.best_update = score, self.update
+        state = self.state
+        best = score > state.best_score
+        if best:
+            state.best_score, state.best_update = score, state.update
             self.save("best.pt", result)
-        streak = f"  {'PASS' if ok else 'fail'} streak {self.streak}/{cfg.consecutive_passes}" if goal.can_pass else ""
-        self.log(f"[seed {self.seed}] validation @ {self.update}: {goal.describe(result)}{note}  {why}{streak}")
-        return {"score": score, "passed": ok, "streak": self.streak, **extra}
+        streak = f"  {'PASS' if ok else 'fail'} streak {state.streak}/{cfg.consecutive_passes}" if goal.can_pass else ""
+        self.log(f"[seed {self.seed}] validation @ {state.update}: {goal.describe(result)}{note}  {why}{streak}")
+        record = {"score": score, "passed": ok, "streak": state.streak, **extra}
+        self.events.emit(ValidationDone(self.seed, self.run_dir, state.update, state.global_step, score, ok,
+                                        state.streak, best, dict(record)))
+        return record
 
     def measured(self, policy, score: float) -> tuple[float, dict, str]:
         """``(score, extra record entries, log note)`` of a validation with the policy's exploitability, when
@@ -427,13 +419,16 @@ class Trainer(CheckpointMixin):
 
 
 def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None,
-          display: str = "auto", measure: Callable | None = None) -> list[RunResult]:
+          display: str = "auto", measure: Callable | None = None,
+          callbacks: Iterable[CallbackLike] = ()) -> list[RunResult]:
     """Run every seed of ``config``; each writes ``OUTPUT/seed-N/``, and a run of several seeds that all
     finish writes ``OUTPUT/summary.json`` (:mod:`rl_gpu.training.seed_summary`). Input errors raise
     :class:`UsageError` before anything is written. A stop signal or ``stop_after`` ends the call after the
     current seed's checkpoint; the remaining seeds are not started (a stop between two seeds is reported as
-    an ``interrupted`` result for the seed that was next, with no directory)."""
+    an ``interrupted`` result for the seed that was next, with no directory). ``callbacks`` answer each seed's
+    events (:mod:`rl_gpu.training.events`); one that asks to stop pauses the run like ``stop_after``."""
     log = ranks.rank_log(log)
+    callbacks = check_callbacks(callbacks)
     with ranks.agreed_errors(config):  # under torchrun: every process checks before rank 0 writes anything
         device = prepare(config)
         run_dirs = [config.output / f"seed-{seed}" for seed in config.seeds]
@@ -454,7 +449,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
                 results.append(RunResult(seed, run_dir, "interrupted", f"{signal.Signals(stop.signum).name} "
                                          f"received before seed {seed} started", {}, stop.signum))
                 break
-            trainer = Trainer(config, seed, run_dir, log, display, measure)
+            trainer = Trainer(config, seed, run_dir, log, display, measure, callbacks)
             multi_player = trainer.goal.multi_player
             if is_main_process():
                 prepare_run_dir(run_dir, config.overwrite)
@@ -469,11 +464,13 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
 
 
 def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = print,
-           stop_after: int | None = None, display: str = "auto", measure: Callable | None = None) -> RunResult:
+           stop_after: int | None = None, display: str = "auto", measure: Callable | None = None,
+           callbacks: Iterable[CallbackLike] = ()) -> RunResult:
     """Continue the run in ``run_dir`` from its ``last.pt`` with ``config`` (the saved one, possibly with a
     larger ``max_updates`` or ``total_timesteps``). A last.pt that belongs to another run, or a finished run
     whose limit was not raised, is refused before anything is written."""
     log = ranks.rank_log(log)
+    callbacks = check_callbacks(callbacks)
     with ranks.agreed_errors(config):  # under torchrun: every process reads the run directory (a shared one)
         device = prepare(config)
         run_dir = Path(run_dir)
@@ -486,7 +483,7 @@ def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = prin
         check_run_memory(config, device)
         locks = RunLocks([run_dir] if is_main_process() else [], log)
     with locks:
-        trainer = Trainer(config, seed, run_dir, log, display, measure)
+        trainer = Trainer(config, seed, run_dir, log, display, measure, callbacks)
         trainer.resume_from(run_dir / "last.pt", payload)
         with ranks.stop_request() as stop:
             return report_result(trainer.run(stop, stop_after), log)

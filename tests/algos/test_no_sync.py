@@ -165,7 +165,7 @@ def _run_trainer_counting_reads(tmp_path, monkeypatch, guard, device="cpu"):
     train_one_update, read_metrics = Trainer.train_one_update, Trainer.read_metrics
 
     def guarded(self, logger):
-        with guard() if self.update >= 2 else contextlib.nullcontext():
+        with guard() if self.state.update >= 2 else contextlib.nullcontext():
             return train_one_update(self, logger)
 
     def counting(self, pending):

@@ -86,7 +86,7 @@ def test_sigterm_stops_a_multi_seed_run_that_resumes_to_the_same_result(tmp_path
 
     def sigterm_in_seed_2(self, logger):
         values = one_update(self, logger)
-        if self.seed == 2 and self.update == 2 and not fired:
+        if self.seed == 2 and self.state.update == 2 and not fired:
             fired.append(True)
             os.kill(os.getpid(), signal.SIGTERM)
         return values

@@ -100,7 +100,7 @@ def _stop_in(monkeypatch, purpose, update):
     evaluate, fired = Trainer.evaluate, []
 
     def evaluate_then_signal(self, policy, episodes, which):
-        if which == purpose and self.update == update and not fired:
+        if which == purpose and self.state.update == update and not fired:
             fired.append(True)
             os.kill(os.getpid(), signal.SIGTERM)
         return evaluate(self, policy, episodes, which)
@@ -149,7 +149,7 @@ def test_non_finite_parameters_never_reach_a_checkpoint(tmp_path, monkeypatch):
 
     def poisoned(self, logger):
         values = one_update(self, logger)
-        if self.update == 4:  # after the update's loss was computed: only the parameters show it
+        if self.state.update == 4:  # after the update's loss was computed: only the parameters show it
             with torch.no_grad():
                 next(iter(self.algo.policy.parameters())).fill_(float("inf"))
         return values
@@ -236,7 +236,7 @@ def test_multi_seed_summary_and_a_stopped_multi_seed_run(tmp_path, monkeypatch):
 
     def signal_in_seed_2(self, logger):
         values = one_update(self, logger)
-        if self.seed == 2 and self.update == 1 and not fired:
+        if self.seed == 2 and self.state.update == 1 and not fired:
             fired.append(True)
             os.kill(os.getpid(), signal.SIGTERM)
         return values

@@ -18,7 +18,7 @@ def test_a_stop_during_a_validation_keeps_one_line_per_update(tmp_path, monkeypa
     left = {"stops": stops}
 
     def stopped_at_update_3(self):
-        if self.update == 3 and left["stops"]:
+        if self.state.update == 3 and left["stops"]:
             left["stops"] -= 1
             self.stop.signum = signal.SIGTERM  # what the handler does when SIGTERM lands inside the evaluation
             raise Stopped(signal.SIGTERM)
