@@ -24,7 +24,7 @@ truncation bootstrap from ``final_critic_obs`` included); without one the policy
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -33,6 +33,7 @@ from rl_gpu.collect.agents import collect_agents
 from rl_gpu.collect.seats import seat_column
 from rl_gpu.core.pytree import tree_where
 from rl_gpu.core.types import Actor, VecEnv
+from rl_gpu.data.episodes import EpisodeTally
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
 from rl_gpu.nn.memory import is_recurrent, reset_state
@@ -52,8 +53,10 @@ def collect(
     deterministic: bool = False,
     policy_state: Any = None,
     controlled: Tensor | None = None,
-) -> Rollout:
-    """Run ``num_steps`` batched steps of ``env`` and return them as a :class:`Rollout`.
+    record: Literal["rollout", "episodes"] = "rollout",
+) -> Rollout | EpisodeTally:
+    """Run ``num_steps`` batched steps of ``env`` and return them as a :class:`Rollout`, or only the episodes'
+    outcomes.
 
     Args:
         policy: the learner (``act`` and, for bootstrapping, ``value``).
@@ -69,12 +72,18 @@ def collect(
             ``policy_state``); None, and always in episodic mode: its ``initial_state``.
         controlled: environments of M > 1 agents acting at once: ``[N, M]`` bool, the agents the learner plays
             (default: all; :func:`rl_gpu.collect.agents.collect_agents`, which collects them).
+        record: ``"rollout"``: every step; ``"episodes"`` (episodic mode; evaluation): an
+            :class:`~rl_gpu.data.episodes.EpisodeTally` of each row's episode only, with the same actions and
+            outcomes and none of the ``[T, N, ...]`` storage (nor the values that only learning needs).
     """
+    if record not in ("rollout", "episodes") or (record == "episodes" and not episodic):
+        raise ValueError(f"record is 'rollout', or 'episodes' with episodic=True; got {record!r}")
     if env.spec.num_agents > 1:
         if is_recurrent(policy):
             raise ValueError("a recurrent policy over several agents acting at once is not collected yet")
-        return collect_agents(policy, env, num_steps, policy_rng, episodic=episodic, controlled=controlled,
-                              opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic)
+        rollout = collect_agents(policy, env, num_steps, policy_rng, episodic=episodic, controlled=controlled,
+                                 opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic)
+        return rollout if record == "rollout" else tally_rollout(rollout)
     if controlled is not None:
         raise ValueError(f"controlled applies to environments of several agents; {type(env).__name__} has one")
     if env.num_players > 1 and not episodic:
@@ -87,7 +96,9 @@ def collect(
         learner_seat = torch.randint(0, env.num_players, (n,), generator=opponent_rng, device=device)
     opponent = opponent if opponent is not None else UniformRandomPolicy()
     live = torch.ones(n, dtype=torch.bool, device=device)
-    record: dict[str, list[Tensor]] = {k: [] for k in Rollout.__dataclass_fields__}
+    keep = record == "rollout"
+    steps: dict[str, list[Tensor]] = {k: [] for k in Rollout.__dataclass_fields__}
+    tally = EpisodeTally.start(n, learner_seat)
     recurrent = is_recurrent(policy)
     initial = policy.initial_state(n) if recurrent else None
     state = initial if episodic or policy_state is None else policy_state
@@ -104,21 +115,19 @@ def collect(
         if env.num_players > 1:
             other = opponent.act(step.obs, step.action_mask, opponent_rng)
             action = torch.where(learner_turn, action, other.action)
-        record["obs"].append(step.obs)
-        if step.critic_obs is not None:
-            record["critic_obs"].append(step.critic_obs)
-        record["action_mask"].append(step.action_mask)
-        record["action"].append(action)
-        record["log_prob"].append(out.log_prob)
-        record["value"].append(out.value)
-        record["weight"].append((live & learner_turn).float())
-        record["live"].append(live)
+        if keep:
+            if step.critic_obs is not None:
+                steps["critic_obs"].append(step.critic_obs)
+            for name, value in (("obs", step.obs), ("action_mask", step.action_mask), ("action", action),
+                                ("log_prob", out.log_prob), ("value", out.value),
+                                ("weight", (live & learner_turn).float()), ("live", live)):
+                steps[name].append(value)
 
         step = env.step(action)
         reward = seat_column(step.reward, learner_seat)
         ep_return = seat_column(step.episode_return, learner_seat)
         terminated, truncated = step.terminated & live, step.truncated & live
-        if env.max_episode_steps is not None:
+        if env.max_episode_steps is not None and keep:
             final_critic = critic_kwargs(step.final_critic_obs)
             final = (policy.value_with_state(step.final_obs, after, **final_critic) if recurrent
                      else policy.value(step.final_obs, **final_critic))
@@ -126,18 +135,22 @@ def collect(
         else:
             final_value = torch.zeros_like(reward)
         done = terminated | truncated
-        record["reward"].append(torch.where(live, reward, 0.0))
-        record["terminated"].append(terminated)
-        record["truncated"].append(truncated)
-        record["final_value"].append(final_value)
-        record["episode_return"].append(torch.where(done, ep_return, 0.0))
-        record["episode_length"].append(torch.where(done, step.episode_length, 0))
+        if keep:
+            for name, value in (("reward", torch.where(live, reward, 0.0)), ("terminated", terminated),
+                                ("truncated", truncated), ("final_value", final_value),
+                                ("episode_return", torch.where(done, ep_return, 0.0)),
+                                ("episode_length", torch.where(done, step.episode_length, 0))):
+                steps[name].append(value)
+        else:
+            tally = tally.add(done, ep_return, step.episode_length)
         if episodic:
             live = live & ~done
         if recurrent:
             state = reset_state(step.done, initial, after)
 
-    stacked = {k: torch.stack(v) for k, v in record.items() if v}
+    if not keep:
+        return tally
+    stacked = {k: torch.stack(v) for k, v in steps.items() if v}
     if episodic:
         bootstrap = torch.zeros(n, device=device)
     elif recurrent:
@@ -187,3 +200,10 @@ def collect_episodes(
         opponent_rng=opponent_rng,
         deterministic=deterministic,
     )
+
+
+def tally_rollout(rollout: Rollout) -> EpisodeTally:
+    """The :class:`EpisodeTally` of an episodic rollout (each row's episode ends at most once in it)."""
+    ended = rollout.done
+    return EpisodeTally((rollout.team_return() * ended).sum(0), (rollout.episode_length * ended).sum(0),
+                        ended.any(0), rollout.learner_seat)

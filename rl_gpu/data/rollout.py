@@ -14,6 +14,7 @@ from torch import Tensor
 
 from rl_gpu.core.pytree import clone_tree, tree_bytes
 from rl_gpu.core.types import EnvSpec
+from rl_gpu.data.episodes import episode_metrics
 
 
 @dataclass
@@ -116,16 +117,7 @@ class Rollout:
         """0-dim tensors over the episodes that ended in this rollout: count, mean return (with M agents: of the
         controlled agents' mean), mean length, and the learner's win rate (share of episodes with a positive
         return)."""
-        ended = self.done
-        count = ended.sum()
-        denom = count.clamp(min=1).float()
-        episode_return = self.team_return()
-        return {
-            "episodes": count,
-            "episode_return": torch.where(ended, episode_return, 0.0).sum() / denom,
-            "episode_length": torch.where(ended, self.episode_length, 0).sum().float() / denom,
-            "win_rate": (ended & (episode_return > 0)).sum().float() / denom,
-        }
+        return episode_metrics(self.done, self.team_return(), self.episode_length)
 
 
 def empty_rollout(spec: EnvSpec, num_steps: int, num_envs: int, device: torch.device) -> Rollout:

@@ -126,15 +126,14 @@ def evaluate_policy(
         device = env.device
         policy_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, f"policy-{round_index}"))
         opponent_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, f"opponent-{round_index}"))
-        rollout = collect(
+        tally = collect(
             policy, env, episode_horizon(env), policy_rng, episodic=True,
-            opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic,
+            opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic, record="episodes",
         )
-        ended = rollout.done
-        # Episodic collection ends each row's episode at most once; rows that never ended count as draws.
-        returns.append((rollout.team_return() * ended).sum(0))
-        lengths.append((rollout.episode_length * ended).sum(0))
-        seats.append(rollout.learner_seat)
+        # Rows whose episode never ended count as draws (return 0).
+        returns.append(tally.episode_return)
+        lengths.append(tally.episode_length)
+        seats.append(tally.learner_seat)
         remaining -= n
         round_index += 1
     ret = torch.cat(returns).double().cpu()

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from rl_gpu.core.pytree import tree_stack
 from rl_gpu.core.types import StepResult, VecEnv
+from rl_gpu.data.episodes import episode_metrics as summarise_episodes
 from rl_gpu.nn.squashed import SquashedActor
 from rl_gpu.runtime.compile import compile_unit
 
@@ -184,12 +185,6 @@ def episode_metrics(transitions: Transitions) -> dict[str, Tensor]:
     """0-dim float tensors over the episodes that ended in ``transitions`` (count, mean return, mean length,
     share of positive returns) and the transitions taken (every slot is one). No host synchronisation."""
     ended = transitions.terminated | transitions.truncated
-    count = ended.sum().float()
-    denom = count.clamp(min=1.0)
-    return {
-        "episodes": count,
-        "episode_return": transitions.episode_return.sum() / denom,
-        "episode_length": transitions.episode_length.sum().float() / denom,
-        "win_rate": (ended & (transitions.episode_return > 0)).sum().float() / denom,
-        "transitions": torch.full((), float(transitions.reward.numel()), device=transitions.reward.device),
-    }
+    stats = summarise_episodes(ended, transitions.episode_return, transitions.episode_length)
+    return {**stats, "episodes": stats["episodes"].float(),
+            "transitions": torch.full((), float(transitions.reward.numel()), device=transitions.reward.device)}

@@ -43,6 +43,7 @@ from rl_gpu.algos.ppo.update import MINIBATCH_ROW, check_minibatches, draw_permu
 from rl_gpu.collect.engine import RolloutEngine, RolloutNoise
 from rl_gpu.core.types import VecEnv
 from rl_gpu.data.advantages import compute_gae
+from rl_gpu.data.episodes import episode_metrics
 from rl_gpu.data.rollout import Rollout
 
 HYPER_PARAMETERS = ("learning_rate", "ent_coef", "clip_coef")
@@ -222,15 +223,9 @@ class PopulationPPO:
         def members(x: Tensor) -> Tensor:
             return x.view(x.shape[0], k, -1).movedim(1, 0).flatten(1)
 
-        ended = members(rollout.done)
-        count = ended.sum(1)
-        denom = count.clamp(min=1).float()
-        ret = members(rollout.episode_return)
-        return {"episodes": count.float(),
-                "episode_return": torch.where(ended, ret, 0.0).sum(1) / denom,
-                "episode_length": torch.where(ended, members(rollout.episode_length), 0).sum(1).float() / denom,
-                "win_rate": (ended & (ret > 0)).sum(1).float() / denom,
-                "transitions": members(rollout.live).sum(1).float()}
+        stats = episode_metrics(members(rollout.done), members(rollout.episode_return),
+                                members(rollout.episode_length), dim=1)
+        return {**stats, "episodes": stats["episodes"].float(), "transitions": members(rollout.live).sum(1).float()}
 
     def _rewards(self, rollout: Rollout) -> Tensor:
         """The rewards advantages see: with ``norm_reward``, each member's columns scaled by its own
