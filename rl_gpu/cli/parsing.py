@@ -213,12 +213,12 @@ def fail(prog: str, message: str, code: int = 2) -> None:
     """Print ``prog: error: message`` on one line to stderr and exit with ``code``. Under torchrun only rank 0
     prints (every rank refuses alike: K copies of one line, interleaved, would read as one garbled line)."""
     message = " ".join(str(message).split())
-    if not _other_rank():
+    if not other_rank():
         print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
 
 
-def _other_rank() -> bool:
+def other_rank() -> bool:
     """Whether this process is a torchrun worker other than rank 0 (read from torchrun's environment, which is
     set before any process group exists)."""
     return "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("RANK", "0") != "0"

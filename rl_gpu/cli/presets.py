@@ -6,7 +6,8 @@ from __future__ import annotations
 from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.training.config import DEFAULT_ENV, TrainConfig
 
-__all__ = ["DEFAULT_ENV", "GYMNASIUM_DEFAULTS", "OFF_POLICY_PRESETS", "PRESETS", "preset_config"]
+__all__ = ["CUSTOM_DEFAULTS", "DEFAULT_ENV", "GYMNASIUM_DEFAULTS", "OFF_POLICY_PRESETS", "PRESETS",
+           "describe_custom_defaults", "has_preset", "preset_config"]
 
 _CLASSIC = {
     "num_steps": 128,
@@ -117,6 +118,29 @@ GYMNASIUM_DEFAULTS: dict = {**_CLASSIC, "num_envs": 16}
 """Defaults for a ``gym:`` id without a preset: a single-player task whose sub-environments step in Python on
 the host, so a small batch (the global defaults are the roulette game's 4096 rows and 24,576 final episodes)."""
 
+CUSTOM_DEFAULTS: dict = {
+    **_CLASSIC, "num_envs": 256, "total_timesteps": 1_000_000, "max_updates": 500, "eval_every": 10,
+    "final_eval_episodes": 256,
+    "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 8, "ent_coef": 0.01},
+}
+"""Defaults for an environment of the user's own (``module:Class``, or an id registered outside rl_gpu): a small
+task, 256 rows x 128 steps per update, a budget of a million steps and a few hundred evaluation episodes (the
+global defaults are the roulette game's 4096 rows and 24,576 final episodes). Flags override them; ``rl-gpu
+train`` prints them at the start."""
+
+
+def has_preset(env_id: str) -> bool:
+    """Whether ``env_id`` (or, for ``gym:X``, ``X``) has defaults of its own in :data:`PRESETS`."""
+    return env_id in PRESETS or env_id.removeprefix("gym:") in PRESETS
+
+
+def describe_custom_defaults(env_id: str) -> str:
+    """The line ``rl-gpu train`` prints for an environment without a preset."""
+    shown = ", ".join(f"--{k.replace('_', '-')} {CUSTOM_DEFAULTS[k]}" for k in (
+        "num_envs", "num_steps", "total_timesteps", "eval_every", "eval_episodes", "final_eval_episodes"))
+    return (f"{env_id} has no preset: generic defaults for a small task ({shown}; PPO gamma 0.99); "
+            "flags override them")
+
 
 _OFF_POLICY = {
     # SAC and TD3: iterations of 16 vector steps of 16 environments, each followed by 16 updates of 256
@@ -213,7 +237,7 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
     """
     spec = algorithm_spec(algo)
     params = spec.config_class()
-    fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else {}
+    fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else CUSTOM_DEFAULTS
     preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), fallback)))
     if algo == "ppo":
         if self_play:

@@ -27,8 +27,8 @@ from typing import Annotated, Literal
 
 import tyro
 
-from rl_gpu.cli.parsing import fail, parse, quiet_broken_pipe, version_text
-from rl_gpu.cli.presets import preset_config
+from rl_gpu.cli.parsing import fail, other_rank, parse, quiet_broken_pipe, version_text
+from rl_gpu.cli.presets import describe_custom_defaults, has_preset, preset_config
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.registry import check_may_import, named_ids_only
 from rl_gpu.algos.registry import algorithm_names, algorithm_spec
@@ -300,6 +300,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
                    f"`{PROG} --env ID --help` shows an environment's preset (`--algo ALGO` too: its preset for "
                    "that algorithm).")
     config = _parse(args, default, description)
+    if saved is None and source.startswith(f"{config.env}'s preset") and not has_preset(config.env) \
+            and not config.env.startswith("gym:") and not other_rank():
+        print(describe_custom_defaults(config.env), flush=True)
     main_process = True
     try:
         if saved is not None and "--parallel" in _given(args):

@@ -44,7 +44,7 @@ from rl_gpu.core.pytree import tree_where
 from rl_gpu.core.types import EnvSpec, StepResult
 from rl_gpu.core.device import check_device
 from rl_gpu.envs.actions import check_action_format, check_action_range, check_action_values
-from rl_gpu.envs.params import check_num_envs, check_params
+from rl_gpu.envs.params import check_num_envs, check_params, check_starts
 
 __all__ = ["EnvState", "TensorEnv", "check_action_format", "select_rows", "stack_float32"]
 
@@ -165,7 +165,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         self.generator = torch.Generator(device=self.device)
         self.seed(seed)
         try:
-            self.state: EnvState[Inner] = self.initial_state(self.draw_starts(num_envs))
+            self.state: EnvState[Inner] = self.initial_state(check_starts(self, self.draw_starts(num_envs), num_envs))
         except (MemoryError, RuntimeError) as e:  # torch's allocation failures are RuntimeErrors
             if not isinstance(e, MemoryError) and "memory" not in str(e).lower():
                 raise

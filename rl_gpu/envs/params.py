@@ -10,6 +10,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from torch import Tensor
+
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.schema import check_fields
 
@@ -43,3 +45,24 @@ def check_params(params: Any, env_name: str) -> None:
         value = getattr(params, name)
         if not value > 0:
             raise UsageError(f"{label(name)} must be above 0, got {value!r}")
+
+
+class EnvContractError(ValueError):
+    """An environment's output breaks the :class:`~rl_gpu.envs.base.TensorEnv` contract (a one-line message
+    naming the environment class, the output, what was expected and what it got)."""
+
+
+def check_starts(env: Any, inner: Any, n: int) -> Any:
+    """``inner`` (what ``env._sample_initial_state`` drew) when it is a NamedTuple of tensors with ``n`` rows
+    each, else :class:`EnvContractError`."""
+    name = type(env).__name__
+    fields = getattr(type(inner), "_fields", None)
+    if not isinstance(inner, tuple) or not fields or not all(isinstance(t, Tensor) for t in inner):
+        got = f"a {type(inner).__name__}" + (" with a field that is not a tensor" if fields else "")
+        raise EnvContractError(f"{name}._sample_initial_state must return a NamedTuple of tensors (one row "
+                               f"per environment), got {got}")
+    for field, t in zip(fields, inner):
+        if t.dim() == 0 or t.shape[0] != n:
+            raise EnvContractError(f"{name}._sample_initial_state: state field {field!r} must have {n} rows "
+                                   f"(one per environment), got a {t.dtype} tensor of shape {tuple(t.shape)}")
+    return inner

@@ -1,5 +1,5 @@
-"""The run's limit: ``--max-updates`` updates, or a ``--total-timesteps`` step budget, and what a run that stops
-at it (or meets its goal first) reports."""
+"""The run's limit: ``--max-updates`` updates and, when given, a ``--total-timesteps`` step budget (whichever
+comes first), and what a run that stops at it (or meets its goal first) reports."""
 
 from __future__ import annotations
 
@@ -30,10 +30,9 @@ class Budget:
         return self.config.total_timesteps
 
     def reached(self, state: RunState) -> bool:
-        """The step budget is spent, or (without one) ``max_updates`` updates are done."""
-        if self.steps is not None:
-            return state.global_step >= self.steps
-        return state.update >= self.config.max_updates
+        """``max_updates`` updates are done or the step budget is spent (both count when both are given)."""
+        spent = self.steps is not None and state.global_step >= self.steps
+        return spent or state.update >= self.config.max_updates
 
     def plan_read(self, state: RunState) -> None:
         """With a step budget: the update from which the steps left can be spent (read there)."""
@@ -42,12 +41,17 @@ class Budget:
 
     def may_be_reached(self, state: RunState) -> bool:
         """The limit may be reached by now: the metrics must be read to tell."""
-        return state.update >= (self.next_read if self.steps else self.config.max_updates)
+        return state.update >= self.config.max_updates or (self.steps is not None and state.update >= self.next_read)
 
     def limit_status(self, state: RunState) -> tuple[str, str]:
         cfg = self.config
         best = f"best validation {state.best_score:.4f} at update {state.best_update}"
         if cfg.total_timesteps is not None:
+            if state.global_step < cfg.total_timesteps:  # the updates ran out first: a goal not met, if any
+                where = f"(step {state.global_step:,} of the --total-timesteps {cfg.total_timesteps:,})"
+                if self.goal.can_pass:
+                    return "goal_not_met", f"goal not met within --max-updates {cfg.max_updates} {where}: {best}"
+                return "budget_spent", f"trained the --max-updates {cfg.max_updates} updates {where}; {best}"
             return "budget_spent", (f"spent the budget of {cfg.total_timesteps:,} steps at update {state.update} "
                                     f"(step {state.global_step:,}); {best}")
         if isinstance(self.goal, SelfPlayLeague):  # no goal to meet: the updates are the budget

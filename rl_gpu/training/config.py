@@ -89,8 +89,8 @@ class TrainConfig:
     """no success is declared before this many updates (a preset's value above a given --max-updates is lowered
     to it, with a note; both given with --min-updates above --max-updates is refused)"""
     max_updates: int = 1000
-    """give up (exit code 1) after this many updates without success (at most 10**9; not used with
-    --total-timesteps); self-play (--self-play, --algo neurd) has no goal to meet, so these updates are its
+    """give up (exit code 1) after this many updates without success (at most 10**9); with --total-timesteps
+    too, the run stops at whichever limit comes first (the schedules run over the step budget); self-play (--self-play, --algo neurd) has no goal to meet, so these updates are its
     budget (exit code 0, status budget_spent)"""
     total_timesteps: int | None = None
     """step budget: train for this many environment steps (under torchrun, every process's together), then

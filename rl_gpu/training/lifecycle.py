@@ -62,22 +62,23 @@ def check_resumable(run_dir: Path, payload: dict, config: TrainConfig) -> None:
         if status == "success":
             raise UsageError(f"{where}: it met its goal at update {update} ({run_dir / 'summary.json'}); nothing "
                              "to continue (start a new run with --output to train further)")
-        if status == "goal_not_met":
-            if config.total_timesteps is None and config.max_updates > max(update, saved.get("max_updates", 0)):
+        more_updates = config.max_updates > max(update, saved.get("max_updates", 0))
+        more_steps = config.total_timesteps is None or config.total_timesteps > step
+        budget = saved.get("total_timesteps")
+        if status == "goal_not_met" or budget is None or step < budget:  # the --max-updates ended it
+            if more_updates and more_steps:
                 return
-            raise UsageError(f"{where}: its goal was not met within {update} updates ({run_dir / 'summary.json'});"
-                             f" pass a --max-updates above {update} to train it further")
-        if saved.get("total_timesteps") is None:  # a budget of updates: self-play, which has no goal to meet
-            if config.total_timesteps is None and config.max_updates > max(update, saved.get("max_updates", 0)):
-                return
-            raise UsageError(f"{where}: it trained its {update} updates ({run_dir / 'summary.json'}); pass a "
-                             f"--max-updates above {update} to train it further")
-        if config.total_timesteps is not None and config.total_timesteps > max(
-                step, saved.get("total_timesteps") or 0):
+            what = (f"its goal was not met within {update} updates" if status == "goal_not_met" else
+                    f"it trained its {update} updates")
+            raise UsageError(f"{where}: {what} ({run_dir / 'summary.json'}); pass a --max-updates above {update} "
+                             "to train it further")
+        if config.total_timesteps is not None and config.total_timesteps > max(step, budget) \
+                and config.max_updates > update:
             return
-        raise UsageError(f"{where}: it spent its budget of {saved.get('total_timesteps')} steps at step {step} "
-                         f"({run_dir / 'summary.json'}); pass a --total-timesteps above {step} to train it further")
-    if config.total_timesteps is None and config.max_updates < update:
+        raise UsageError(f"{where}: it spent its budget of {budget} steps at step {step} "
+                         f"({run_dir / 'summary.json'}); pass a --total-timesteps above {step} to train it further"
+                         + ("" if config.max_updates > update else f" (and a --max-updates above {update})"))
+    if config.max_updates < update:
         raise UsageError(f"--max-updates {config.max_updates} is below the update run {run_dir} is at ({update}); "
                          f"pass --max-updates {update} or more")
 

@@ -8,7 +8,9 @@ import torch
 from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.core.device import resolve_device
 from rl_gpu.core.errors import UsageError
+from rl_gpu.envs.params import EnvContractError
 from rl_gpu.envs.registry import is_known, make, registered_ids
+from rl_gpu.envs.testing.preflight import check_run_env
 from rl_gpu.runtime.allocator import keep_freed_host_memory
 from rl_gpu.training.config import TrainConfig, check_machine_limits
 from rl_gpu.training.resources import check_memory
@@ -33,13 +35,34 @@ def prepare(config: TrainConfig) -> torch.device:
 
 
 def check_run_memory(config: TrainConfig, device: torch.device) -> None:
-    """Refuse a run too large for ``device``, judged from one environment's spec (nothing large allocated)."""
+    """Refuse a run too large for ``device``, judged from a few environments (nothing large allocated). An
+    environment that is not one of rl_gpu's own is checked first (:func:`rl_gpu.envs.testing.preflight.
+    check_run_env`: a few steps, every output against the contract): a broken one is refused in one line,
+    before any file is written."""
     try:
-        probe = make(config.env, num_envs=1, device=device, seed=0, validate_actions=False)
+        probe = make(config.env, num_envs=PROBE_ROWS, device=device, seed=0, validate_actions=False)
     except ImportError as e:
         raise UsageError(str(e)) from None
-    spec = probe.spec
-    close = getattr(probe, "close", None)
-    if callable(close):
-        close()
+    except EnvContractError as e:
+        raise UsageError(f"--env {config.env}: {e}") from None
+    try:
+        if not _own_env(type(probe)):
+            check_run_env(probe)
+        spec = probe.spec
+    except EnvContractError as e:
+        raise UsageError(f"--env {config.env} breaks the environment contract: {e}") from None
+    finally:
+        close = getattr(probe, "close", None)
+        if callable(close):
+            close()
     check_memory(config, spec, device)
+
+
+PROBE_ROWS = 4
+"""Rows of the environment a run builds to check it before training."""
+
+
+def _own_env(cls: type) -> bool:
+    """rl_gpu's own environments (checked against their references by the test suite), not the Gymnasium bridge
+    (whatever Gymnasium environment it wraps is the user's)."""
+    return cls.__module__.startswith("rl_gpu.envs.") and not cls.__module__.startswith("rl_gpu.envs.gymnasium")

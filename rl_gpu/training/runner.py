@@ -36,9 +36,12 @@ from rl_gpu.runtime.distributed import all_agree, is_main_process, rank, world_s
 from rl_gpu.runtime.hardware import run_environment
 from rl_gpu.runtime.run_files import RunLocks
 from rl_gpu.training import ranks
+from rl_gpu.training.budget import Budget
 from rl_gpu.training.checkpointing import CheckpointMixin
 from rl_gpu.training.config import TrainConfig
 from rl_gpu.training.evaluation import EvalResult, evaluate_policy
+from rl_gpu.training.events import CallbackLike, Events, IterationDone, RunEnded, RunStarted, ValidationDone
+from rl_gpu.training.events import check_callbacks
 from rl_gpu.training.final_eval import final_evaluation
 from rl_gpu.training.goals import SelfPlayLeague, goal_for
 from rl_gpu.training.league import League, LeagueSettings, SelfPlay
@@ -57,8 +60,6 @@ from rl_gpu.training.outcome import (  # noqa: F401 (the names callers import fr
 )
 from rl_gpu.training.preflight import check_env_id, check_run_memory, prepare  # noqa: F401
 from rl_gpu.training.run_dir import check_run_dirs, prepare_run_dir
-from rl_gpu.training.budget import Budget
-from rl_gpu.training.events import CallbackLike, Events, check_callbacks, IterationDone, RunEnded, RunStarted, ValidationDone
 from rl_gpu.training.run_logger import RunLogger
 from rl_gpu.training.run_state import RunState
 from rl_gpu.training.seed_summary import describe as describe_seeds

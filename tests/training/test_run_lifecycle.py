@@ -186,7 +186,7 @@ def test_a_step_budget_ends_the_run_and_drives_the_schedule(tmp_path):
     budget = 700  # 256 steps per update: the budget is spent during the third update
     code, out, err = call(*PENDULUM, "--seeds", "5", "--output", tmp_path, "--total-timesteps", budget,
                           "--solve-threshold", "None", "--anneal-lr", "--learning-rate", "0.002",
-                          "--eval-every", "100", "--max-updates", "1")
+                          "--eval-every", "100")
     assert code == 0, err
     run_dir = tmp_path / "seed-5"
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -306,3 +306,24 @@ def test_the_seed_summary_aggregates_exploitability_where_every_seed_measured_it
     assert "goal met by 0/2 seeds" in describe(seed_summary(ended, multi_player=True))
     # A seed that measured none (stopped before its final evaluation): no aggregate of a part of the seeds.
     assert "exploitability" not in seed_summary([summary(0, 0.05), summary(1, None)], multi_player=True)
+
+
+def test_max_updates_and_a_step_budget_both_count_whichever_comes_first(tmp_path):
+    # 256 steps per update: --max-updates 2 comes long before the budget (issue 37, item 5: the flag was ignored).
+    code, _, err = call(*PENDULUM, "--seeds", "5", "--output", tmp_path / "goal", "--total-timesteps", 100_000,
+                        "--max-updates", 2)
+    assert code == 1, err  # a goal (Pendulum's return threshold) not met within the updates: exit 1, as without
+    summary = json.loads((tmp_path / "goal" / "seed-5" / "summary.json").read_text())
+    assert summary["status"] == "goal_not_met" and summary["updates"] == 2 and summary["global_step"] == 512
+    assert "within --max-updates 2 (step 512 of the --total-timesteps 100,000)" in summary["reason"]
+    code, _, err = call("--resume", tmp_path / "goal" / "seed-5")
+    assert code == 2 and "pass a --max-updates above 2" in err
+    code, _, err = call("--resume", tmp_path / "goal" / "seed-5", "--max-updates", 3)
+    assert code == 1 and json.loads((tmp_path / "goal" / "seed-5" / "summary.json").read_text())["updates"] == 3
+    # Without a goal the updates are the budget that ran out: budget_spent, exit 0.
+    code, _, err = call(*PENDULUM, "--seeds", "5", "--output", tmp_path / "budget", "--total-timesteps", 100_000,
+                        "--max-updates", 2, "--solve-threshold", "None")
+    assert code == 0, err
+    summary = json.loads((tmp_path / "budget" / "seed-5" / "summary.json").read_text())
+    assert summary["status"] == "budget_spent" and summary["updates"] == 2
+    assert summary["reason"].startswith("trained the --max-updates 2 updates (step 512 of the --total-timesteps")

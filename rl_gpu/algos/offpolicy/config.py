@@ -101,9 +101,10 @@ def check_run(config) -> None:
 
     params = config.algo_params
     per_iteration = config.num_envs * (config.num_steps or 1)
-    budget = config.total_timesteps if config.total_timesteps is not None else config.max_updates * per_iteration
+    updates = config.max_updates * per_iteration  # the run stops at whichever limit comes first
+    budget = updates if config.total_timesteps is None else min(config.total_timesteps, updates)
     if params.learning_starts >= budget:
-        limit = (f"--total-timesteps {config.total_timesteps:,}" if config.total_timesteps is not None else
+        limit = (f"--total-timesteps {config.total_timesteps:,}" if budget != updates else
                  f"--max-updates {config.max_updates:,} x --num-envs {config.num_envs} x --num-steps "
                  f"{config.num_steps or 1} = {budget:,} steps")
         raise UsageError(f"--learning-starts {params.learning_starts:,}: the run ends ({limit}) before that many "
