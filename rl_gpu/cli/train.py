@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import signal
 import sys
 import typing
@@ -31,6 +30,7 @@ from rl_gpu.cli.parsing import fail, other_rank, parse, quiet_broken_pipe, versi
 from rl_gpu.cli.presets import describe_custom_defaults, has_preset, preset_config
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.registry import check_may_import, named_ids_only
+from rl_gpu.runtime.files import JsonReadError, read_json
 from rl_gpu.algos.registry import algorithm_names, algorithm_spec
 from rl_gpu.training.config import (
     DEFAULT_ENV,
@@ -96,11 +96,9 @@ def _file_data(path: Path) -> tuple[dict, TrainConfig]:
         what = "not a regular file" if path.exists() else "no such file"
         raise UsageError(f"--config {path}: {what} (a JSON file, such as a run's config.json)")
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UsageError(f"--config {path}: not valid JSON ({e})") from None
-    except OSError as e:
-        raise UsageError(f"--config {path}: cannot read it ({e.strerror or e})") from None
+        data = read_json(path)
+    except JsonReadError as e:
+        raise UsageError(f"--config {e}") from None
     if not isinstance(data, dict) or "env" not in data:
         raise UsageError(f"--config {path}: not a training configuration (no 'env' key)")
     try:

@@ -44,7 +44,7 @@ from rl_gpu.core.pytree import tree_where
 from rl_gpu.core.types import EnvSpec, StepResult
 from rl_gpu.core.device import check_device
 from rl_gpu.envs.actions import check_action_format, check_action_range, check_action_values
-from rl_gpu.envs.params import check_num_envs, check_params, check_starts
+from rl_gpu.envs.params import check_like, check_num_envs, check_params, check_starts
 
 __all__ = ["EnvState", "TensorEnv", "check_action_format", "select_rows", "stack_float32"]
 
@@ -460,7 +460,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         if rows.dtype == torch.bool:
             raise TypeError("set_rows takes row indices, not a bool mask (reset_rows takes a mask)")
         rows = rows.long().flatten()
-        self._check_inner(inner, rows.numel())
+        self._check_inner(inner, rows.numel(), exact=False)  # values injected: cast to the state's dtypes
         fields = []
         for current, new in zip(self.state.inner, inner):
             updated = current.clone()
@@ -474,19 +474,19 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         done[rows] = False
         self.state = EnvState(type(self.state.inner)(*fields), episode_step, episode_return, done)
 
-    def _check_inner(self, inner: tuple, n: int) -> None:
+    def _check_inner(self, inner: tuple, n: int, exact: bool = True) -> None:
         template = self.state.inner
         if type(inner) is not type(template):
             raise TypeError(f"expected a {type(template).__name__}, got {type(inner).__name__}")
         for name, t, ref in zip(template._fields, inner, template):
-            if not isinstance(t, Tensor) or tuple(t.shape) != (n,) + tuple(ref.shape[1:]):
-                got = tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__
-                raise ValueError(f"state field {name!r}: expected shape {(n,) + tuple(ref.shape[1:])}, got {got}")
+            check_like(f"state field {name!r}", t, ref, n, exact)
 
     def _check_state(self, state: EnvState, n: int) -> None:
         if not isinstance(state, EnvState):
             raise TypeError(f"expected an EnvState, got {type(state).__name__}")
         self._check_inner(state.inner, n)
+        for name in ("episode_step", "episode_return", "done"):
+            check_like(name, getattr(state, name), getattr(self.state, name), n)
         for t in (*state.inner, state.episode_step, state.episode_return, state.done):
             if t.device != self.device:
                 raise ValueError(f"state tensor on {t.device}, the environments are on {self.device}")

@@ -66,3 +66,12 @@ def check_starts(env: Any, inner: Any, n: int) -> Any:
             raise EnvContractError(f"{name}._sample_initial_state: state field {field!r} must have {n} rows "
                                    f"(one per environment), got a {t.dtype} tensor of shape {tuple(t.shape)}")
     return inner
+
+
+def check_like(what: str, t: Any, ref: Tensor, n: int, exact: bool = True) -> None:
+    """``ValueError`` unless ``t`` is a tensor of ``ref``'s shape with ``n`` rows, and (``exact``) its dtype: a
+    state being set or loaded against the one the environment holds."""
+    want = (n, *ref.shape[1:])
+    if not isinstance(t, Tensor) or tuple(t.shape) != want or (exact and t.dtype != ref.dtype):
+        got = f"a {t.dtype} tensor of shape {tuple(t.shape)}" if isinstance(t, Tensor) else f"a {type(t).__name__}"
+        raise ValueError(f"{what}: expected a {ref.dtype} tensor of shape {want}, got {got}")

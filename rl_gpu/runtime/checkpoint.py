@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from rl_gpu.runtime.files import FileWriteError, atomic_write_bytes, atomic_write_json
+from rl_gpu.runtime.hardware import host_memory_bytes
 
 __all__ = ["FORMAT", "VERSION", "READABLE_VERSIONS", "CheckpointError", "FileWriteError",
            "atomic_write_bytes", "atomic_write_json", "save_checkpoint", "load_checkpoint", "checkpoint_bytes",
@@ -105,6 +106,10 @@ def _torch_load(source: Any, path: Path, map_location: str | torch.device) -> An
 
 def _read(path: Path) -> bytes:
     try:
+        size, memory = os.stat(path).st_size, host_memory_bytes()
+        if size > memory // 2:  # read whole, then parsed: a file of half the memory cannot be loaded
+            raise CheckpointError(f"{path}: {size:,} bytes, more than half of this machine's {memory:,} bytes of "
+                                  "memory (a checkpoint is read whole); refused")
         return path.read_bytes()
     except OSError as e:
         raise CheckpointError(f"{path}: cannot read ({e.strerror or _first_line(e)})") from None

@@ -200,3 +200,34 @@ def atomic_write_bytes(path: str | Path, data: bytes, inputs: Sequence[str | Pat
 def atomic_write_json(path: str | Path, obj: Any, inputs: Sequence[str | Path] = ()) -> None:
     """:func:`atomic_write_bytes` of pretty-printed JSON."""
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), inputs)
+
+
+MAX_JSON_BYTES = 16 * 2**20
+"""Largest JSON file rl_gpu reads as settings or a run's record (a config.json is a few kilobytes)."""
+
+
+class JsonReadError(ValueError):
+    """A JSON file that cannot be read as one (a one-line reason)."""
+
+
+def read_json(path: str | Path, limit: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value in ``path``, read within limits: a file over ``limit`` bytes is refused before it is read,
+    and numbers of thousands of digits or nesting thousands deep are refused, not a traceback
+    (:class:`JsonReadError`, one line)."""
+    path = Path(path)
+    try:
+        size = os.stat(path).st_size
+        if size > limit:
+            raise JsonReadError(f"{path}: {size:,} bytes, over the {limit:,} a settings file may have")
+        text = path.read_bytes().decode("utf-8")
+        return json.loads(text)
+    except OSError as e:
+        raise JsonReadError(f"{path}: cannot read it ({reason(e)})") from None
+    except UnicodeDecodeError:
+        raise JsonReadError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise JsonReadError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise JsonReadError(f"{path}: nested too deeply to be settings") from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise JsonReadError(f"{path}: {str(e).splitlines()[0]}") from None

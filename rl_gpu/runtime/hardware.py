@@ -30,3 +30,11 @@ def run_environment(device: torch.device) -> dict:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
+
+
+def host_memory_bytes() -> int:
+    """The machine's physical memory in bytes (``2**63 - 1`` where the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # no sysconf (not POSIX): nothing to compare against
+        return 2**63 - 1

@@ -208,3 +208,20 @@ class RunLocks:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def check_run_folder(run_dir: str | Path) -> None:
+    """Refuse, before a resume trains, a run folder whose files are not what the run wrote: one of
+    :data:`RUN_FILES` that is a directory, a symbolic link or any other non-regular file, or a ``tb`` that is not
+    a directory (the run would fail on it only after training, or write through it)."""
+    run_dir = Path(run_dir)
+    for name in RUN_FILES:
+        path = run_dir / name
+        if os.path.islink(path) or (os.path.lexists(path) and not os.path.isfile(path)):
+            what = "a symbolic link" if os.path.islink(path) else "a directory" if path.is_dir() else "not a file"
+            raise UsageError(f"{path} is {what}, not the file the run writes: the run folder is damaged; move it "
+                             "away (the run rewrites it) or restore it")
+    tb = run_dir / TB_DIR
+    if os.path.islink(tb) or (os.path.lexists(tb) and not tb.is_dir()):
+        raise UsageError(f"{tb} is not a directory (TensorBoard writes its event files there): the run folder is "
+                         "damaged; move it away or restore it")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
 from pathlib import Path
 
 import torch
@@ -20,7 +22,7 @@ from rl_gpu.runtime.distributed import is_main_process
 from rl_gpu.training.evaluation import EvalResult
 from rl_gpu.training.events import CheckpointSaved
 from rl_gpu.training.lifecycle import check_checkpoint_belongs
-from rl_gpu.training.ranks import gather_payload, rank_trainer_state
+from rl_gpu.training.ranks import gather_payload, rank_trainer_state, read_on_main
 from rl_gpu.training.run_state import RunState
 
 RUN_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(RunState))
@@ -119,6 +121,11 @@ class CheckpointMixin:
         except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as e:
             raise CheckpointError(f"{path}: checkpoint does not match this run ({str(e).splitlines()[0][:160]})")
         self.resumed = True
+        best = self.run_dir / "best.pt"
+        if self.state.best_score > -math.inf and not read_on_main(lambda: os.path.isfile(best)):
+            self.log(f"[seed {self.seed}] note: {best} (the best validation, update {self.state.best_update}) is "
+                     "missing: the best is chosen again from the validations to come")
+            self.state.best_score, self.state.best_update = -math.inf, 0
         metrics = self.run_dir / "metrics.jsonl"
         if metrics.exists() and is_main_process():
             # A checkpoint without a baseline was written before the initial validation: its line goes too.

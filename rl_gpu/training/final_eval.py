@@ -24,6 +24,13 @@ def final_evaluation(self, status: str, reason: str) -> dict:
     # Read where the files are (rank 0 under torchrun) and handed to every process, which plays its share.
     best_state = read_on_main(lambda: load_checkpoint(best_path)["algorithm"]["policy"] if best_path.exists()
                               else None)
+    if best_state is None and self.state.baseline is not None:
+        # best.pt went missing (deleted while the run was stopped, and no validation came after the resume):
+        # the policy as it is now stands in for it, and the summary says so.
+        self.log(f"[seed {self.seed}] note: {best_path} is missing: the final evaluation uses the policy at update "
+                 f"{self.state.update}")
+        best_state = self.algo.policy.state_dict()
+        summary.update(best_update=self.state.update, best_missing=True)
     if best_state is not None:
         best = self.algo.initial_policy()
         best.load_state_dict(best_state)

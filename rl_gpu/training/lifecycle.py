@@ -12,13 +12,15 @@ final evaluation runs, without further training.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from pathlib import Path
 
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.registry import module_to_import
 from rl_gpu.runtime.checkpoint import CheckpointError
-from rl_gpu.training.config import TrainConfig
+from rl_gpu.runtime.files import JsonReadError, read_json
+from rl_gpu.training.config import RESUMABLE_CHANGES, TrainConfig
 
 FINAL_STATUSES = ("success", "goal_not_met", "budget_spent")
 """Statuses of a run that ended by its own rules (a summary.json is written)."""
@@ -26,8 +28,8 @@ FINAL_STATUSES = ("success", "goal_not_met", "budget_spent")
 
 def _read_json(path: Path) -> dict | None:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = read_json(path)
+    except JsonReadError:
         return None
     return data if isinstance(data, dict) else None
 
@@ -81,6 +83,27 @@ def check_resumable(run_dir: Path, payload: dict, config: TrainConfig) -> None:
     if config.max_updates < update:
         raise UsageError(f"--max-updates {config.max_updates} is below the update run {run_dir} is at ({update}); "
                          f"pass --max-updates {update} or more")
+
+
+def check_config_record(run_dir: Path, payload: dict) -> None:
+    """Refuse a resume whose ``config.json`` disagrees with ``last.pt`` in a setting a resume cannot change: the
+    run continues with the checkpoint's settings, so an edited config.json would describe another run. (A missing
+    config.json is written again; the settings a resume may change are rewritten with the resume's.)"""
+    path = run_dir / "config.json"
+    if not os.path.lexists(path):
+        return
+    record = _read_json(path) if os.path.isfile(path) else None
+    if record is None:
+        raise UsageError(f"{path}: not a run's settings (unreadable, or not a JSON object): the run folder is "
+                         "damaged; restore it, or delete it (a resume writes it again from last.pt)")
+    saved = payload.get("config") if isinstance(payload.get("config"), dict) else {}
+    saved = json.loads(json.dumps(saved, default=str))  # as config.json writes it (tuples as lists)
+    differ = [k for k in saved if k not in RESUMABLE_CHANGES and k in record and record[k] != saved[k]]
+    if differ:
+        shown = ", ".join(f"{k} {record[k]!r} (last.pt: {saved[k]!r})" for k in differ[:3])
+        raise UsageError(f"{path} was edited: it says {shown}; a resume continues with the settings of last.pt "
+                         "and cannot change these. Restore config.json, or start a new run with --config "
+                         f"{path} --output NEW")
 
 
 def resume_args(config: TrainConfig, run_dir: Path) -> str:

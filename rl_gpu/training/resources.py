@@ -16,13 +16,12 @@ machine swapping for minutes). The estimate counts the big buffers only, in floa
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import EnvSpec
+from rl_gpu.runtime.hardware import host_memory_bytes
 from rl_gpu.training.config import TrainConfig
 
 BYTES_PER_ELEMENT = 4
@@ -59,10 +58,7 @@ def available_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return int(free)
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # no sysconf (not POSIX): nothing to compare against
-        return 2**63 - 1
+    return host_memory_bytes()
 
 
 def _gib(n: int) -> str:

@@ -34,7 +34,7 @@ from rl_gpu.runtime.checkpoint import CheckpointError, atomic_write_json, load_c
 from rl_gpu.runtime.compile import resolve_compile
 from rl_gpu.runtime.distributed import all_agree, is_main_process, rank, world_size
 from rl_gpu.runtime.hardware import run_environment
-from rl_gpu.runtime.run_files import RunLocks
+from rl_gpu.runtime.run_files import RunLocks, check_run_folder
 from rl_gpu.training import ranks
 from rl_gpu.training.budget import Budget
 from rl_gpu.training.checkpointing import CheckpointMixin
@@ -46,6 +46,7 @@ from rl_gpu.training.final_eval import final_evaluation
 from rl_gpu.training.goals import SelfPlayLeague, goal_for
 from rl_gpu.training.league import League, LeagueSettings, SelfPlay
 from rl_gpu.training.lifecycle import FINAL_STATUSES, check_checkpoint_belongs, check_resumable, resume_args
+from rl_gpu.training.lifecycle import check_config_record
 from rl_gpu.training.outcome import (  # noqa: F401 (the names callers import from the runner)
     COUNTS,
     EXIT_GOAL_NOT_MET,
@@ -160,7 +161,7 @@ class Trainer(CheckpointMixin):
         cfg = self.config
         self.stop = stop if stop is not None else StopRequest()
         self.events.emit(RunStarted(self.seed, self.run_dir, self.state.copy(), self.resumed))
-        if is_main_process() and not (self.run_dir / "config.json").exists():
+        if is_main_process() and (self.resumed or not (self.run_dir / "config.json").exists()):
             atomic_write_json(self.run_dir / "config.json", {
                 **cfg.to_dict(), "seed": self.seed, "num_steps_resolved": self.num_steps,
                 "run_environment": run_environment(self.device),
@@ -480,6 +481,8 @@ def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = prin
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise CheckpointError(f"{run_dir / 'last.pt'}: not a resumable checkpoint (it records no seed)")
         check_checkpoint_belongs(run_dir, payload)
+        check_run_folder(run_dir)
+        check_config_record(run_dir, payload)
         check_resumable(run_dir, payload, config)
         check_run_memory(config, device)
         locks = RunLocks([run_dir] if is_main_process() else [], log)
