@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import VecEnv
 from rl_gpu.data.rollout import Rollout
 
@@ -72,6 +73,15 @@ class Setup:
     """The policy kind to build (:mod:`rl_gpu.nn.kinds`), for algorithms that take any (``auto``: their own)."""
     compile: str = "off"
     """``off``, ``inductor`` or ``cudagraphs`` (already resolved for the device)."""
+    make_env: Callable[[int, int], VecEnv] | None = None
+    """``make_env(num_envs, seed)``: a fresh batch of the run's environment with its own reset stream, on the
+    run's device, for collectors of the algorithm's own (other threads or processes, a second buffer); None
+    where the caller has no factory (an environment handed over alone)."""
+
+    def seed_for(self, purpose: str) -> int:
+        """The seed of one named random stream of the algorithm (disjoint across purposes), e.g. the
+        ``make_env`` seed of a second collector."""
+        return derive_seed(self.seed, purpose)
 
 
 class ExportablePolicy(Protocol):

@@ -102,7 +102,8 @@ class Trainer(CheckpointMixin):
                              budget=config.total_timesteps is not None, self_play_by=config.self_play_flag)
         try:
             setup = Setup(
-                env=self.env, seed=ranks.algorithm_seed(seed), learning_rate=config.learning_rate,
+                env=self.env, make_env=self.make_env, seed=ranks.algorithm_seed(seed),
+                learning_rate=config.learning_rate,
                 anneal_lr=config.anneal_lr,
                 num_steps=config.num_steps, hidden_sizes=tuple(config.hidden_sizes),
                 normalize_obs=config.normalize_obs, init_log_std=config.init_log_std, policy=config.policy,

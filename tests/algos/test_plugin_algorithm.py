@@ -38,8 +38,10 @@ class Toy:
     """One rollout (the reference collector), then one Adam step on -log pi(a|s) * advantage + value loss."""
 
     resume_notes = ()
+    setups: list = []
 
     def __init__(self, setup: Setup, config: ToyConfig) -> None:
+        Toy.setups.append(setup)
         self.env, self.config = setup.env, config
         self.num_steps = setup.num_steps or 32
         self._policy = policy_for_env(self.env.spec, setup.hidden_sizes).to(self.env.device)
@@ -175,3 +177,16 @@ def test_the_spec_is_checked_when_registered():
             register_algorithm(dataclasses.replace(SPEC, summary="another"))
     finally:
         unregister_algorithm("toy")
+
+
+def test_its_setup_carries_an_env_factory_and_named_seeds(toy, tmp_path, train):
+    Toy.setups.clear()
+    code, _, err = train("--max-updates", "1", "--output", tmp_path / "run")
+    assert code == 1, err
+    (setup,) = Toy.setups
+    second = setup.make_env(3, setup.seed_for("second-collector"))
+    assert second is not setup.env and second.num_envs == 3 and second.spec == setup.env.spec
+    assert second.device == setup.env.device
+    again = setup.make_env(3, setup.seed_for("second-collector"))
+    assert torch.equal(second.reset().obs, again.reset().obs)  # the same seed, the same starts
+    assert setup.seed_for("a") != setup.seed_for("b") and setup.seed_for("a") != setup.seed
