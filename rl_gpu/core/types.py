@@ -108,10 +108,24 @@ class EnvSpec:
     reward_terms: tuple[str, ...] = ()
     """Names of the terms the reward sums (robot tasks); when given, the environment's
     ``reward_term_stats()`` returns each term's mean sum per episode finished since its last call."""
+    obs_dtypes: dict[str, str] = field(default_factory=dict)
+    """The dtype of each observation group, by torch name (``float32`` where unnamed): ``uint8`` pixels or
+    ``bool`` bit planes stay so in rollouts and replay (a quarter or less of float32's memory) and networks
+    convert them to float32 at their input."""
 
     def __post_init__(self) -> None:
         if not self.obs_groups:
             object.__setattr__(self, "obs_groups", {"policy": tuple(self.obs_shape)})
+        unknown = set(self.obs_dtypes) - set(self.obs_groups)
+        if unknown:
+            raise ValueError(f"obs_dtypes names groups the spec does not have: {sorted(unknown)}")
+        for group, name in self.obs_dtypes.items():
+            if not isinstance(getattr(torch, str(name), None), torch.dtype):
+                raise ValueError(f"obs_dtypes[{group!r}] is {name!r}, not a torch dtype name (float32, uint8, bool)")
+
+    def obs_dtype(self, group: str = "policy") -> torch.dtype:
+        """The dtype of observation group ``group`` (float32 unless the environment says otherwise)."""
+        return getattr(torch, self.obs_dtypes.get(group, "float32"))
 
     @property
     def is_continuous(self) -> bool:

@@ -56,7 +56,8 @@ class ReplayBuffer:
     FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 
     def __init__(self, capacity: int, num_envs: int, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
-                 device: torch.device | str, n_step: int = 1, gamma: float = 0.99) -> None:
+                 device: torch.device | str, n_step: int = 1, gamma: float = 0.99,
+                 obs_dtype: torch.dtype = torch.float32) -> None:
         if num_envs <= 0 or capacity < num_envs:
             raise ValueError(f"a replay buffer of {capacity} transitions cannot hold one step of {num_envs} "
                              "environments: raise --buffer-size to at least --num-envs")
@@ -70,8 +71,8 @@ class ReplayBuffer:
         self.device = torch.device(device)
         c = self.capacity
         # Zeros, not uninitialised memory: the trainer's finiteness check reads the whole state.
-        self.obs = torch.zeros(c, *obs_shape, device=self.device)
-        self.next_obs = torch.zeros(c, *obs_shape, device=self.device)
+        self.obs = torch.zeros(c, *obs_shape, dtype=obs_dtype, device=self.device)
+        self.next_obs = torch.zeros(c, *obs_shape, dtype=obs_dtype, device=self.device)
         self.action = torch.zeros(c, *action_shape, device=self.device)
         self.reward = torch.zeros(c, device=self.device)
         self.terminated = torch.zeros(c, dtype=torch.bool, device=self.device)

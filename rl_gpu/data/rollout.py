@@ -131,7 +131,8 @@ def empty_rollout(spec: EnvSpec, num_steps: int, num_envs: int, device: torch.de
     flags = {k: empty(t, n, dtype=torch.bool) for k in ("live", "terminated", "truncated")}
     floats = {k: empty(t, n) for k in ("log_prob", "value", "weight", "reward", "final_value", "episode_return")}
     critic = spec.obs_groups.get("critic")
-    return Rollout(obs=empty(t, n, *spec.obs_shape), action_mask=empty(t, n, spec.num_actions, dtype=torch.bool),
+    return Rollout(obs=empty(t, n, *spec.obs_shape, dtype=spec.obs_dtype()),
+                   action_mask=empty(t, n, spec.num_actions, dtype=torch.bool),
                    action=action, episode_length=empty(t, n, dtype=torch.long), bootstrap_value=empty(n),
                    learner_seat=empty(n, dtype=torch.long), **flags, **floats,
-                   critic_obs=empty(t, n, *critic) if critic is not None else None)
+                   critic_obs=empty(t, n, *critic, dtype=spec.obs_dtype("critic")) if critic is not None else None)

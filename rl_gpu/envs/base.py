@@ -35,7 +35,7 @@ pure pieces compiled collection is built from.
 from __future__ import annotations
 
 import abc
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple
 
 import torch
 from torch import Tensor
@@ -45,11 +45,9 @@ from rl_gpu.core.types import EnvSpec, StepResult
 from rl_gpu.core.device import check_device
 from rl_gpu.envs.actions import check_action_format, check_action_range, check_action_values
 from rl_gpu.envs.params import check_like, check_num_envs, check_params, check_starts
+from rl_gpu.envs.rows import Inner, select_rows, stack_float32
 
 __all__ = ["EnvState", "TensorEnv", "check_action_format", "select_rows", "stack_float32"]
-
-Inner = TypeVar("Inner", bound=tuple)
-
 
 class EnvState(NamedTuple, Generic[Inner]):
     """The full state of a batch: the subclass's inner state plus what the base class tracks."""
@@ -62,37 +60,6 @@ class EnvState(NamedTuple, Generic[Inner]):
     """``[N]`` (``[N, P]``) float32: reward summed over the current episode."""
     done: Tensor
     """``[N]`` bool: the row has finished and is frozen (only ever True when auto-reset is off)."""
-
-
-def stack_float32(columns: tuple[Tensor, ...]) -> Tensor:
-    """``torch.stack(columns, dim=1).float()``: the ``[N, C]`` float32 observation from C ``[N]`` columns.
-
-    Eagerly, each column is copied (rounded as ``.float()`` rounds) straight into its place: the stack
-    interleaves one element at a time, which at large N costs more than C strided copies, then casts in a
-    second pass. Compiled code keeps the plain form (Inductor fuses it)."""
-    if torch.compiler.is_compiling():
-        return torch.stack(columns, dim=1).float()
-    first = columns[0]
-    out = torch.empty(first.shape[0], len(columns), dtype=torch.float32, device=first.device)
-    for column, x in zip(out.unbind(1), columns):
-        column.copy_(x)
-    return out
-
-
-def select_rows(condition: Tensor, if_true: Inner, if_false: Inner) -> Inner:
-    """:func:`~rl_gpu.core.pytree.tree_where` of two inner states (``condition`` ``[N]`` bool), without its
-    per-node walk when the state is a flat tuple of ``[N, ...]`` tensors: one ``where`` per field and one
-    reshaped condition per field rank (an eager step is mostly fixed per-operation cost)."""
-    if not isinstance(if_false, tuple) or not all(isinstance(x, Tensor) for x in if_false):
-        return tree_where(condition, if_true, if_false)
-    conditions = {1: condition}
-    selected = []
-    for a, b in zip(if_true, if_false):
-        c = conditions.get(b.dim())
-        if c is None:
-            c = conditions[b.dim()] = condition.view(condition.shape + (1,) * (b.dim() - 1))
-        selected.append(torch.where(c, a, b))
-    return type(if_false)(*selected)
 
 
 class TensorEnv(abc.ABC, Generic[Inner]):
@@ -133,6 +100,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     """Flat per-element lower bound of observations, when there is one."""
     obs_high: tuple[float, ...] | None = None
     """Flat per-element upper bound of observations, when there is one."""
+    obs_dtype: torch.dtype = torch.float32
+    """dtype of observations (``torch.uint8`` pixels, ``torch.bool`` bit planes stay so in storage)."""
     critic_obs_shape: tuple[int, ...] | None = None
     """Shape of one observation of the ``critic`` group (privileged state for an asymmetric actor-critic), when
     the environment has one: it then writes :meth:`_observe_critic`. None: no such group."""
@@ -180,13 +149,15 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     def spec(self) -> EnvSpec:
         """The batch as the layers above see it (:class:`~rl_gpu.core.types.EnvSpec`)."""
         horizon = self.max_game_length or self.max_episode_steps
-        groups = {}
+        groups, dtypes = {}, {}
         if self.critic_obs_shape is not None:
             groups = {"policy": tuple(self.obs_shape), "critic": tuple(self.critic_obs_shape)}
+        if self.obs_dtype != torch.float32:
+            dtypes = {"policy": str(self.obs_dtype).removeprefix("torch.")}
         return EnvSpec(
             obs_shape=tuple(self.obs_shape), num_actions=self.num_actions, action_shape=tuple(self.action_shape),
             action_low=tuple(self.action_low), action_high=tuple(self.action_high),
-            obs_low=self.obs_low, obs_high=self.obs_high, obs_groups=groups,
+            obs_low=self.obs_low, obs_high=self.obs_high, obs_groups=groups, obs_dtypes=dtypes,
             num_players=self.num_players, num_agents=self.num_agents, max_episode_steps=self.max_episode_steps,
             episode_horizon=horizon,
             has_action_mask=type(self)._legal_actions is not TensorEnv._legal_actions,
@@ -237,7 +208,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
 
     @abc.abstractmethod
     def _observe(self, inner: Inner) -> Tensor:
-        """``[N, *O]`` float32 observation for the player to act in ``inner``."""
+        """``[N, *O]`` observation (of :attr:`obs_dtype`, float32 by default) for the player to act in ``inner``."""
 
     def _observe_critic(self, inner: Inner) -> Tensor:
         """``[N, *critic_obs_shape]`` float32 privileged observation of the ``critic`` group (only called when

@@ -27,7 +27,7 @@ from rl_gpu.core.types import EnvSpec, PolicyOutput
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.deploy import DeployedActor
 from rl_gpu.nn.layers import mlp
-from rl_gpu.nn.normalization import RunningMeanStd
+from rl_gpu.nn.normalization import RunningMeanStd, to_float
 
 
 class _ActorCriticBase(nn.Module):
@@ -56,6 +56,7 @@ class _ActorCriticBase(nn.Module):
 
     def preprocess(self, obs: Tensor) -> Tensor:
         """The network input: ``obs`` normalised by the running statistics, when enabled."""
+        obs = to_float(obs)
         return self.obs_rms(obs) if self.obs_rms is not None else obs
 
     def _critic_input(self, x: Tensor, critic_obs: Tensor | None) -> Tensor:
@@ -66,6 +67,7 @@ class _ActorCriticBase(nn.Module):
         if critic_obs is None:
             raise ValueError(f"this policy's critic reads {self.critic_obs_dim} privileged observations "
                              "(the environment's critic group): pass critic_obs")
+        critic_obs = to_float(critic_obs)
         if self.critic_obs_rms is not None:
             critic_obs = self.critic_obs_rms(critic_obs)
         return torch.cat([x, critic_obs], dim=-1)
@@ -89,9 +91,9 @@ class _ActorCriticBase(nn.Module):
         one fixed normalisation (the PPO ratio starts at exactly 1).
         """
         if self.obs_rms is not None:
-            self.obs_rms.update(obs, weight)
+            self.obs_rms.update(to_float(obs), weight)
         if self.critic_obs_rms is not None and critic_obs is not None:
-            self.critic_obs_rms.update(critic_obs, weight)
+            self.critic_obs_rms.update(to_float(critic_obs), weight)
 
     def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
         """``[N]`` critic estimate for ``[N, O]`` observations (and ``[N, C]`` privileged ones, for a policy with

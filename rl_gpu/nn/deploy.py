@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.nn.layers import MLP, Tanh
+from rl_gpu.nn.normalization import to_float
 
 LOWEST_FLOAT32 = float(torch.finfo(torch.float32).min)
 """Masked logits get the lowest finite float32, as :func:`rl_gpu.nn.distributions.mask_logits` does."""
@@ -75,7 +76,7 @@ class DeployedActor(nn.Module):
 
     def forward(self, obs: Tensor, action_mask: Tensor | None = None) -> Tensor:
         """The deterministic action for each row of ``obs``: ``[N]`` int64 or ``[N, D]`` float32."""
-        x = obs
+        x = to_float(obs)
         if self.normalize:
             x = ((x - self.obs_mean) * self.obs_scale).clamp(-self.clip, self.clip)
         out = self.actor(x)

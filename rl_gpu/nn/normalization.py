@@ -12,6 +12,12 @@ from torch import Tensor, nn
 from rl_gpu.runtime.distributed import merge_moments
 
 
+
+def to_float(x: Tensor) -> Tensor:
+    """``x`` as float32: observations of ``uint8``/``bool`` groups (kept so in storage) enter a network here;
+    float32 ones pass unchanged, with no copy."""
+    return x if x.dtype == torch.float32 else x.float()
+
 class RunningMeanStd(nn.Module):
     """Running mean and variance of observations (Chan et al.'s parallel merge), kept as buffers so they travel
     with ``state_dict`` and checkpoints."""

@@ -24,7 +24,7 @@ from rl_gpu.core.types import PolicyOutput
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.deploy import DeployedActor
 from rl_gpu.nn.layers import relu_mlp
-from rl_gpu.nn.normalization import RunningMeanStd
+from rl_gpu.nn.normalization import RunningMeanStd, to_float
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 """Range of SAC's log standard deviation (CleanRL's), reached smoothly through a tanh."""
@@ -69,12 +69,13 @@ class SquashedActor(nn.Module):
 
     def preprocess(self, obs: Tensor) -> Tensor:
         """The network input: ``obs`` normalised by the running statistics, when enabled."""
+        obs = to_float(obs)
         return self.obs_rms(obs) if self.obs_rms is not None else obs
 
     def update_normalizer(self, obs: Tensor, weight: Tensor | None = None) -> None:
         """Merge observations ``[..., O]`` into the running statistics (no-op when disabled)."""
         if self.obs_rms is not None:
-            self.obs_rms.update(obs, weight)
+            self.obs_rms.update(to_float(obs), weight)
 
     def to_env(self, y: Tensor) -> Tensor:
         """``[N, D]`` environment actions from normalised actions ``y`` in ``[-1, 1]``."""

@@ -108,7 +108,7 @@ class OffPolicyAlgorithm(LearningRateSchedule):
         self.sample_rng = torch.Generator(device=self.device).manual_seed(seed + 1)
         self.update_rng = torch.Generator(device=self.device).manual_seed(seed + 2)
         self.buffer = ReplayBuffer(config.buffer_size, env.num_envs, env.spec.obs_shape, env.spec.action_shape,
-                                   self.device, config.n_step, config.gamma)
+                                   self.device, config.n_step, config.gamma, env.spec.obs_dtype())
         if self.num_steps > self.buffer.num_rows:
             raise ValueError(f"--num-steps {self.num_steps} exceeds the replay buffer's {self.buffer.num_rows} rows "
                              f"(--buffer-size {config.buffer_size} / --num-envs {env.num_envs}): one iteration "

@@ -123,8 +123,9 @@ class TransitionCollector:
             return torch.zeros(shape, dtype=dtype, device=device)
 
         self.storage = Transitions(
-            obs=empty(t, n, *spec.obs_shape), action=empty(t, n, *spec.action_shape), reward=empty(t, n),
-            next_obs=empty(t, n, *spec.obs_shape), terminated=empty(t, n, dtype=torch.bool),
+            obs=empty(t, n, *spec.obs_shape, dtype=spec.obs_dtype()), action=empty(t, n, *spec.action_shape),
+            reward=empty(t, n), next_obs=empty(t, n, *spec.obs_shape, dtype=spec.obs_dtype()),
+            terminated=empty(t, n, dtype=torch.bool),
             truncated=empty(t, n, dtype=torch.bool), episode_return=empty(t, n),
             episode_length=empty(t, n, dtype=torch.long))
         """Reused by every collection: the returned :class:`Transitions` is overwritten by the next one."""

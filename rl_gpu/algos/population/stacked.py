@@ -23,6 +23,7 @@ from torch.func import functional_call, vmap
 from rl_gpu.core.types import PolicyOutput
 from rl_gpu.nn.actor_critic import ActorCritic, GaussianActorCritic
 from rl_gpu.nn.layers import MLP, stacked_mlp
+from rl_gpu.nn.normalization import to_float
 
 
 class _MethodCall(nn.Module):
@@ -128,7 +129,7 @@ class StackedActor:
     def _preprocess(self, obs: Tensor) -> Tensor:
         k = len(self.stacked)
         if self.stacked.members[0].obs_rms is None:
-            return _split(obs, k)
+            return _split(to_float(obs), k)
         return self.stacked.call(self.state, "preprocess", _split(obs, k))
 
     def act(self, obs: Tensor, action_mask: Tensor | None = None, generator: torch.Generator | None = None,

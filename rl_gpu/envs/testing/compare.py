@@ -132,12 +132,13 @@ def check_result(check: str, env: TensorEnv, result: StepResult, step: int) -> N
     ``obs``/``final_obs``/``reward``; never ``terminated & truncated``; ``current_player`` in ``[0, P)``;
     ``final_obs == obs`` in rows that did not finish."""
     n = env.num_envs
+    obs_dtype = env.spec.obs_dtype()
     spec = {
-        "obs": ((n, *env.obs_shape), torch.float32),
+        "obs": ((n, *env.obs_shape), obs_dtype),
         "reward": (env.reward_shape, torch.float32),
         "terminated": ((n,), torch.bool),
         "truncated": ((n,), torch.bool),
-        "final_obs": ((n, *env.obs_shape), torch.float32),
+        "final_obs": ((n, *env.obs_shape), obs_dtype),
         "action_mask": ((n, env.num_actions), torch.bool),
         "current_player": ((n,), torch.int64),
         "episode_return": (env.reward_shape, torch.float32),
@@ -160,7 +161,7 @@ def check_result(check: str, env: TensorEnv, result: StepResult, step: int) -> N
                 check, f"{name} is on {t.device}, the environment on {env.device}", field=name, step=step
             )
     for name in ("obs", "final_obs", "reward"):
-        finite = torch.isfinite(getattr(result, name)).cpu()
+        finite = torch.isfinite(getattr(result, name)).cpu()  # (always True for integer pixels)
         compare(check, f"{name} is finite", finite, torch.ones_like(finite), step=step)
     both = (result.terminated & result.truncated).cpu()
     compare(check, "terminated & truncated", both, torch.zeros_like(both), step=step)

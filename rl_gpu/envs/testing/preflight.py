@@ -42,7 +42,7 @@ def _check_hooks(env: TensorEnv, generator: torch.Generator) -> None:
     n = env.num_envs
     inner = check_starts(env, env._sample_initial_state(n, generator), n)
     agents = () if env.num_agents == 1 else (env.num_agents,)
-    _expect(env, "_observe(state)", env._observe(inner), (n, *agents, *env.obs_shape), (torch.float32,))
+    _expect(env, "_observe(state)", env._observe(inner), (n, *agents, *env.obs_shape), (env.obs_dtype,))
     if not env.is_continuous:
         mask = env._legal_actions(inner)
         _expect(env, "_legal_actions(state)", mask, (n, *agents, env.num_actions), (torch.bool,))
