@@ -63,6 +63,11 @@ class AlgorithmSpec:
     policies: bool = False
     """Trains a policy of any registered kind (``--policy KIND``; :mod:`rl_gpu.nn.kinds`), built through
     ``Setup.policy``; otherwise it builds its own and ``--policy`` is refused."""
+    flag_needs: tuple[tuple[str, str], ...] = ()
+    """``(field, switch)`` pairs of its own section: ``field`` does something only with the boolean ``switch`` on,
+    so giving it with the switch off is refused (``rl-gpu train`` checks every flag it is given)."""
+    ignores: tuple[str, ...] = ()
+    """Training settings it does not use (refused when given, rather than silently ignored)."""
     check: str | None = None
     """``"module:function"``: ``check(config)`` raises ``UsageError`` for a run it cannot make (settings that
     together leave nothing to learn, say); called when a run starts, before anything is written
@@ -171,11 +176,11 @@ def make_algorithm(name: str, setup: Any, config: Any) -> Any:
 register_algorithm(AlgorithmSpec(
     name="ppo", config="rl_gpu.algos.ppo.config:PPOConfig", factory="rl_gpu.algos.ppo.algorithm:PPO",
     summary="proximal policy optimisation (on-policy; discrete or continuous actions)",
-    self_play=True, population=True, policies=True))
+    self_play=True, population=True, policies=True, flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
     name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
     summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1,
-    check="rl_gpu.algos.offpolicy.config:check_run"))
+    check="rl_gpu.algos.offpolicy.config:check_run", flag_needs=(("target_entropy", "autotune"),)))
 register_algorithm(AlgorithmSpec(
     name="td3", config="rl_gpu.algos.td3.config:TD3Config", factory="rl_gpu.algos.td3.algorithm:TD3",
     summary="twin delayed DDPG (off-policy; continuous actions)", default_num_steps=1,
@@ -183,4 +188,5 @@ register_algorithm(AlgorithmSpec(
 register_algorithm(AlgorithmSpec(
     name="neurd", config="rl_gpu.algos.neurd.config:NeuRDConfig", factory="rl_gpu.algos.neurd.algorithm:NeuRD",
     summary="full-width neural replicator dynamics (two-player zero-sum games small enough to enumerate)",
-    default_num_steps=1, self_play_only=True, torchrun=False, step_budget=False, compile_modes=("off",)))
+    default_num_steps=1, self_play_only=True, torchrun=False, step_budget=False, compile_modes=("off",),
+    ignores=("num_envs",)))

@@ -107,6 +107,8 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, label=flag_name)
+        if not 0 <= self.seed <= 2**63 - 1:
+            raise UsageError(f"--seed must be between 0 and 2**63 - 1 (as train's --seeds), got {self.seed}")
         if not self.num_envs or any(n <= 0 or n > MAX_NUM_ENVS for n in self.num_envs):
             raise ValueError(f"--num-envs must be integers from 1 to {MAX_NUM_ENVS:,}, got {list(self.num_envs)}")
         check_bounds(self, {"threads": None, "repeats": MAX_REPEATS, "env_transitions": MAX_ENV_TRANSITIONS,

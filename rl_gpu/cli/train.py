@@ -26,6 +26,7 @@ from typing import Annotated, Literal
 
 import tyro
 
+from rl_gpu.cli.flag_modes import check_flags_apply
 from rl_gpu.cli.parsing import fail, other_rank, parse, quiet_broken_pipe, version_text
 from rl_gpu.cli.presets import describe_custom_defaults, has_preset, preset_config
 from rl_gpu.core.errors import UsageError
@@ -50,6 +51,12 @@ def _flag_value(args: Sequence[str], flag: str) -> str | None:
         if arg.startswith(flag + "="):
             return arg.split("=", 1)[1]
     return None
+
+
+def _flag_values(args: Sequence[str], flag: str) -> list[str]:
+    """Every value ``flag`` is given in ``args``, in order."""
+    return [args[i + 1] if arg == flag else arg.split("=", 1)[1] for i, arg in enumerate(args)
+            if (arg == flag and i + 1 < len(args)) or arg.startswith(flag + "=")]
 
 
 def _given(args: Sequence[str]) -> list[str]:
@@ -298,6 +305,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
                    f"`{PROG} --env ID --help` shows an environment's preset (`--algo ALGO` too: its preset for "
                    "that algorithm).")
     config = _parse(args, default, description)
+    try:
+        check_flags_apply(_given(args), config)
+        if "" in _flag_values(args, "--output"):
+            raise UsageError("--output is empty: name the folder the run writes (default artifacts/run)")
+    except UsageError as e:
+        fail(PROG, str(e))
     if saved is None and source.startswith(f"{config.env}'s preset") and not has_preset(config.env) \
             and not config.env.startswith("gym:") and not other_rank():
         print(describe_custom_defaults(config.env), flush=True)

@@ -90,8 +90,9 @@ class TrainConfig:
     to it, with a note; both given with --min-updates above --max-updates is refused)"""
     max_updates: int = 1000
     """give up (exit code 1) after this many updates without success (at most 10**9); with --total-timesteps
-    too, the run stops at whichever limit comes first (the schedules run over the step budget); self-play (--self-play, --algo neurd) has no goal to meet, so these updates are its
-    budget (exit code 0, status budget_spent)"""
+    too, the run stops at whichever limit comes first (the schedules run over the step budget); self-play
+    (--self-play, --algo neurd) has no goal to meet, so these updates are its budget (exit code 0, status
+    budget_spent)"""
     total_timesteps: int | None = None
     """step budget: train for this many environment steps (under torchrun, every process's together), then
     stop (exit code 0, status budget_spent); the learning-rate schedule runs over it and a success goal is
