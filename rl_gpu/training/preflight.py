@@ -66,3 +66,21 @@ def _own_env(cls: type) -> bool:
     """rl_gpu's own environments (checked against their references by the test suite), not the Gymnasium bridge
     (whatever Gymnasium environment it wraps is the user's)."""
     return cls.__module__.startswith("rl_gpu.envs.") and not cls.__module__.startswith("rl_gpu.envs.gymnasium")
+
+
+def env_fault(env) -> str | None:
+    """After a numerical fault: whether the environment's own output is what went non-finite (its observation
+    now, or its episode returns, which sum the rewards), as ``"<field> in env row R"``; None when it looks finite.
+    Reads the environment's state back once (only after a fault)."""
+    try:
+        step = env.observe()
+    except Exception:  # noqa: BLE001 -- a diagnosis must never hide the fault it explains
+        return None
+    for field in ("obs", "critic_obs", "episode_return"):
+        x = getattr(step, field, None)
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            bad = ~torch.isfinite(x.reshape(x.shape[0], -1)).all(1)
+            if bool(bad.any()):
+                what = "reward (the episode return sums it)" if field == "episode_return" else field
+                return f"{what} in env row {int(bad.nonzero()[0, 0])}"
+    return None

@@ -59,7 +59,7 @@ from rl_gpu.training.outcome import (  # noqa: F401 (the names callers import fr
     RunResult,
     report_result,
 )
-from rl_gpu.training.preflight import check_env_id, check_run_memory, prepare  # noqa: F401
+from rl_gpu.training.preflight import check_env_id, check_run_memory, env_fault, prepare  # noqa: F401
 from rl_gpu.training.run_dir import check_run_dirs, prepare_run_dir
 from rl_gpu.training.run_logger import RunLogger
 from rl_gpu.training.run_state import RunState
@@ -277,6 +277,9 @@ class Trainer(CheckpointMixin):
                     if bad is not None or bad_state:
                         what = (f"non-finite loss or gradient at update {bad}" if bad is not None else
                                 f"non-finite parameters or optimiser state after update {self.state.update}")
+                        fault = env_fault(self.env)
+                        if fault is not None:
+                            what += f", after {cfg.env} returned a non-finite {fault}"
                         return "numerical_error", (f"{what}; training stopped. {self.run_dir / 'last.pt'} holds "
                                                    f"the last finite state (update {self.checkpointed_update()})"
                                                    ), None

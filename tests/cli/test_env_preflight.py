@@ -181,3 +181,45 @@ def test_the_check_is_public_and_raises_one_error_type(envs_module):
     with pytest.raises(EnvContractError, match="must be a torch.bool tensor"):
         check_run_env(module.TerminatedFloat(4, seed=0))
     check_run_env(module.Good(4, seed=0))
+
+
+NAN_LATE = '''
+from typing import NamedTuple
+
+import torch
+
+from rl_gpu.envs.base import TensorEnv
+
+
+class S(NamedTuple):
+    t: torch.Tensor
+
+
+class NanAfter20(TensorEnv[S]):
+    """Passes the check before the run (16 steps), then returns NaN observations from step 20 on, for good."""
+
+    obs_shape = (2,)
+    num_actions = 2
+    max_episode_steps = 200
+
+    def _sample_initial_state(self, n, g):
+        return S(torch.zeros(n, device=self.device))
+
+    def _transition(self, s, a):
+        return S(s.t + 1), torch.ones_like(s.t), torch.zeros_like(s.t, dtype=torch.bool)
+
+    def _observe(self, s):
+        x = torch.stack([s.t / 100, torch.ones_like(s.t)], 1)
+        return torch.where(s.t[:, None] >= 20, float("nan"), x)
+'''
+
+
+def test_a_non_finite_output_during_training_is_named_as_the_environment_s(call_main, tmp_path, monkeypatch):
+    name = f"nan_late_{next(_names)}"
+    (tmp_path / f"{name}.py").write_text(NAN_LATE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, _, err = call_main(main, "--env", f"{name}:NanAfter20", "--output", tmp_path / "run", "--num-envs", 8,
+                             "--num-steps", 16, "--max-updates", 4, "--solve-threshold", 1e9, "--eval-episodes", 8)
+    assert code == 3, err
+    assert f"after {name}:NanAfter20 returned a non-finite obs in env row 0" in err, err
