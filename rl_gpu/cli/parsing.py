@@ -213,6 +213,8 @@ def fail(prog: str, message: str, code: int = 2) -> None:
     """Print ``prog: error: message`` on one line to stderr and exit with ``code``. Under torchrun only rank 0
     prints (every rank refuses alike: K copies of one line, interleaved, would read as one garbled line)."""
     message = " ".join(str(message).split())
+    # A value of thousands of characters (a 5000-digit number) is shown by its start and its length.
+    message = re.sub(r"\S{201,}", lambda m: f"{m.group(0)[:32]}... ({len(m.group(0)):,} characters)", message)
     if not other_rank():
         print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(code)

@@ -134,8 +134,8 @@ class CheckpointMixin:
             for line in metrics.read_text(errors="replace").splitlines():
                 try:
                     record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a crash
+                except (json.JSONDecodeError, ValueError, RecursionError):
+                    continue  # a line cut short by a crash, or not one the run wrote
                 if isinstance(record, dict) and isinstance(record.get("update", 0), int) \
                         and record.get("update", 0) <= last:
                     kept.append(line)

@@ -223,3 +223,14 @@ def test_a_non_finite_output_during_training_is_named_as_the_environment_s(call_
                              "--num-steps", 16, "--max-updates", 4, "--solve-threshold", 1e9, "--eval-episodes", 8)
     assert code == 3, err
     assert f"after {name}:NanAfter20 returned a non-finite obs in env row 0" in err, err
+
+
+def test_check_env_names_a_wrong_output_type_instead_of_a_torch_error(envs_module):
+    import importlib
+
+    from rl_gpu.envs.testing import EnvCheckError, check_env
+
+    module = importlib.import_module(envs_module)
+    with pytest.raises(EnvCheckError, match="TerminatedFloat: _transition's terminated must be a torch.bool"):
+        check_env(module.TerminatedFloat, num_envs=4, num_steps=8)
+    check_env(module.Good, num_envs=4, num_steps=30)

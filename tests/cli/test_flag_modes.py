@@ -74,3 +74,8 @@ def test_bench_refuses_a_negative_seed(call_main, tmp_path):
 
     code, _, err = call_main(bench, "--env", "CartPole-v1", "--seed", "-1", "--output", tmp_path / "b.json")
     assert code == 2 and "--seed must be between 0 and 2**63 - 1" in err, err
+
+
+def test_a_value_of_thousands_of_characters_is_shown_by_its_start(call_main, tmp_path):
+    code, _, err = call_main(main, *BASE, "--env", "CartPole-v1", "--num-envs", "9" * 5000)
+    assert code == 2 and "(5,002 characters) is not a whole number" in err and len(err) < 300, err

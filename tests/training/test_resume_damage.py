@@ -119,3 +119,13 @@ def test_a_config_file_is_parsed_within_limits(call_main, tmp_path, text, needle
         f.truncate(17 * 2**20)
     code, _, err = call_main(main, "--config", big, "--output", tmp_path / "run")
     assert code == 2 and "over the 16,777,216 a settings file may have" in err, err
+
+
+def test_a_metrics_line_the_run_did_not_write_is_dropped_on_resume(stopped):
+    config, run_dir = stopped
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.write('{"update": ' + "9" * 5000 + "}\n" + "[" * 50_000 + "\n")
+    result = resume(run_dir, config, log=QUIET)
+    assert result.status == "goal_not_met"
+    updates = [json.loads(line)["update"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert updates == list(range(8))

@@ -40,6 +40,7 @@ from torch import Tensor
 
 from rl_gpu.core.pytree import tree_cat, tree_map
 from rl_gpu.envs.base import EnvState, StepResult, TensorEnv
+from rl_gpu.envs.params import EnvContractError
 from rl_gpu.envs.testing.compare import (
     AFTER_RESET_FIELDS,
     check_result,
@@ -48,6 +49,7 @@ from rl_gpu.envs.testing.compare import (
     compare_tree,
 )
 from rl_gpu.envs.testing.drive import EnvFactory, sample_actions
+from rl_gpu.envs.testing.preflight import check_run_env
 from rl_gpu.envs.testing.report import CheckReport, EnvCheckError
 from rl_gpu.envs.testing.resets import check_autoreset, check_frozen_rows
 
@@ -85,6 +87,10 @@ def check_env(
     """
     small = min(num_envs, 8)
     common = {"num_steps": num_steps, "seed": seed}
+    try:  # the outputs' types first, so a wrong one is named where the environment made it (never a torch error)
+        check_run_env(env_factory(small, seed=seed, autoreset=True), num_steps=min(num_steps, 16), seed=seed)
+    except EnvContractError as e:
+        raise EnvCheckError("check_env", str(e)) from None
     return {
         "action_masks": check_action_masks(env_factory, num_envs=num_envs, **common),
         "determinism": check_determinism(env_factory, seed, num_envs=num_envs, num_steps=num_steps),
