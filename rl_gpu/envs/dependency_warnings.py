@@ -18,9 +18,17 @@ _shown: set[tuple[type, str]] = set()
 simulation time, which would make every instance of one warning look new."""
 
 
+UNACTIONABLE = (re.compile(r"compiler attribute 'settotalmass' is deprecated"),)
+"""Warnings about third-party assets that a user cannot act on, never shown: Gymnasium's own MJCF files (its
+``gym:`` MuJoCo tasks) still use ``settotalmass``; rl_gpu's own models apply it after compiling instead."""
+
+
 def show_once(category: type[Warning], text: str, filename: str, lineno: int, module: str) -> None:
-    """Show a warning through the warning filters as if ``module`` had just issued it, unless it was shown."""
+    """Show a warning through the warning filters as if ``module`` had just issued it, unless it was shown (or is
+    one of :data:`UNACTIONABLE`)."""
     key = (category, re.sub(r"\d+(\.\d+)?", "#", text))
+    if any(p.search(text) for p in UNACTIONABLE):
+        return
     if key not in _shown:
         _shown.add(key)
         warnings.warn_explicit(text, category, filename, lineno, module=module)
