@@ -26,6 +26,13 @@ NEEDS: dict[str, tuple[str, str]] = {
 }
 """Training flags that do something only with another setting on: ``flag field -> (field, flag)``."""
 
+NOT_ON_RESUME = {
+    "seeds": "a resume continues the one seed whose folder it is given",
+    "output": "a resume writes into the run folder it is given",
+    "overwrite": "a resume continues its run folder and replaces nothing",
+}
+"""Training flags a ``--resume`` has no use for, and why (refused rather than ignored)."""
+
 EVERY_MODE = frozenset({
     "env", "algo", "output", "seeds", "parallel", "num_envs", "num_steps", "learning_rate", "anneal_lr",
     "hidden_sizes", "policy", "normalize_obs", "init_log_std", "min_updates", "max_updates", "total_timesteps",
@@ -49,8 +56,11 @@ def check_flags_apply(given: Iterable[str], config: TrainConfig) -> None:
     spec = algorithm_spec(config.algo)
     section = config.algo_params
     own = dict(spec.flag_needs)
+    given = list(given)
     for flag in given:
         field = flag_field(flag)
+        if "--resume" in given and field in NOT_ON_RESUME:
+            raise UsageError(f"{flag} does not apply with --resume ({NOT_ON_RESUME[field]}): drop {flag}")
         if field in NEEDS:
             needed, switch = NEEDS[field]
             if not getattr(config, needed):

@@ -79,3 +79,15 @@ def test_bench_refuses_a_negative_seed(call_main, tmp_path):
 def test_a_value_of_thousands_of_characters_is_shown_by_its_start(call_main, tmp_path):
     code, _, err = call_main(main, *BASE, "--env", "CartPole-v1", "--num-envs", "9" * 5000)
     assert code == 2 and "(5,002 characters) is not a whole number" in err and len(err) < 300, err
+
+
+@pytest.mark.parametrize("flag,value", [("--seeds", "3"), ("--output", "elsewhere"), ("--overwrite", None)])
+def test_flags_a_resume_has_no_use_for_are_refused(call_main, tmp_path, flag, value):
+    code, _, err = call_main(main, *BASE, "--env", "CartPole-v1", "--eval-episodes", "4", "--final-eval-episodes",
+                             "4", "--output", tmp_path / "run")
+    assert code == 1, err
+    run = tmp_path / "run" / "seed-11"
+    before = (run / "last.pt").read_bytes()
+    code, _, err = call_main(main, "--resume", run, "--max-updates", "2", flag, *([value] if value else []))
+    assert code == 2 and f"{flag} does not apply with --resume" in err and len(err.strip().splitlines()) == 1, err
+    assert (run / "last.pt").read_bytes() == before
