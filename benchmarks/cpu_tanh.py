@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from rl_gpu.nn.layers import Tanh, _tanh_by_sigmoid, _TanhBySigmoid
+from rl_gpu.nn.cpu_kernels import Tanh, _tanh_by_sigmoid, _TanhBySigmoid
 
 
 def median_us(fn, x, calls=200, repeats=5):

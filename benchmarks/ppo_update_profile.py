@@ -7,14 +7,14 @@ variants alternating within each round:
 
 - the whole minibatch (one forward/backward of 16,384 rows, the default) against ``micro_batch_size`` 8192, 4096
   and 2048 rows;
-- the CPU sigmoid form of tanh (:class:`rl_gpu.nn.layers.Tanh`) against ``torch.tanh`` (``--tanh``: the form's
+- the CPU sigmoid form of tanh (:class:`rl_gpu.nn.cpu_kernels.Tanh`) against ``torch.tanh`` (``--tanh``: the form's
   threshold raised above every batch).
 
 ``--compiled`` instead times whole compiled iterations (``--compile inductor``, ``PPO.iterate``) of three
 algorithms in one process, alternating: every hidden layer as ``addmm`` (ATen copies the broadcast bias into
 the output first) and the heads' input gradients by BLAS; the bias added in the activation's loop
 (:mod:`rl_gpu.runtime.inductor_passes`); and that plus the heads' input gradients as multiply-adds
-(:class:`rl_gpu.nn.layers._NarrowLinear`, the default).
+(:class:`rl_gpu.nn.cpu_kernels._NarrowLinear`, the default).
 
 Then torch.profiler's self time of one default update, grouped by what the operators do, with the GEMMs' share
 of the update's floating-point work and the rate they ran at, against a 1024 x 1024 x 1024 matmul on the same
@@ -36,7 +36,7 @@ from dataclasses import replace
 import torch
 
 from rl_gpu.cli.bench import BenchConfig, _algo
-from rl_gpu.nn.layers import Tanh
+from rl_gpu.nn.cpu_kernels import Tanh
 from rl_gpu.runtime.allocator import keep_freed_host_memory
 
 CATEGORIES = {
@@ -82,7 +82,7 @@ def update_gemm_flops(algo, slots: int) -> float:
 
 def compiled_forms(rounds: int) -> None:
     """Whole compiled iterations with and without the compiled CPU forms, alternating in one process."""
-    from rl_gpu.nn import layers
+    from rl_gpu.nn import cpu_kernels as layers
     from rl_gpu.runtime import inductor_passes
 
     options, narrow = dict(inductor_passes.INDUCTOR_OPTIONS), layers.NARROW_OUT

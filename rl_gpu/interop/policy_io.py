@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.core.device import check_device
+from rl_gpu.nn.cpu_kernels import use_cpu_kernels
 from rl_gpu.nn.kinds import policy_kind, policy_kind_names
 from rl_gpu.runtime.checkpoint import CheckpointError, load_checkpoint, policy_part
 
@@ -118,7 +119,7 @@ def load_policy(path: str | Path, device: torch.device | str = "cpu",
     payload = load_checkpoint(path, "cpu")
     config, state = policy_part(payload, path)
     policy = rebuild_policy(config, state, path, require_finite)
-    return policy.to(device).eval(), payload
+    return use_cpu_kernels(policy.to(device).eval()), payload
 
 
 class LoadedPolicy:

@@ -12,24 +12,11 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from rl_gpu.nn.layers import MLP, Tanh
+from rl_gpu.nn.cpu_kernels import plain_modules
 from rl_gpu.nn.normalization import to_float
 
 LOWEST_FLOAT32 = float(torch.finfo(torch.float32).min)
 """Masked logits get the lowest finite float32, as :func:`rl_gpu.nn.distributions.mask_logits` does."""
-
-
-def with_exact_tanh(module: nn.Module) -> nn.Module:
-    """``module`` with each :class:`rl_gpu.nn.layers.MLP` (whose CPU sigmoid form agrees with ``tanh`` to about
-    1e-6) replaced by the plain ``nn.Sequential`` of the same layers, which TorchScript can script, and each
-    :class:`rl_gpu.nn.layers.Tanh` marker by ``nn.Tanh``, so the module holds only PyTorch's modules."""
-    if isinstance(module, Tanh):
-        return nn.Tanh()
-    if isinstance(module, MLP):
-        module = nn.Sequential(*module)
-    for name, child in module.named_children():
-        setattr(module, name, with_exact_tanh(child))
-    return module
 
 
 class DeployedActor(nn.Module):
@@ -52,7 +39,7 @@ class DeployedActor(nn.Module):
         if (num_actions > 0) == (action_dim > 0):
             raise ValueError(f"give num_actions (discrete) or action_dim (continuous), got {num_actions} and "
                              f"{action_dim}")
-        self.actor = with_exact_tanh(copy.deepcopy(actor)).cpu().float().eval()
+        self.actor = plain_modules(copy.deepcopy(actor)).cpu().float().eval()
         self.obs_dim = int(obs_dim)
         self.discrete = num_actions > 0
         self.num_actions, self.action_dim = int(num_actions), int(action_dim)

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from rl_gpu.core.types import PolicyOutput
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.actor_critic import ActorCritic
-from rl_gpu.nn.layers import stacked_mlp
+from rl_gpu.nn.cpu_kernels import stacked_mlp
 
 MAX_BLOCKS = 256
 """Most blocks of rows: the finest split of a batch among the members."""

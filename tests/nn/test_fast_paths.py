@@ -10,7 +10,17 @@ from rl_gpu.algos.optim import clip_grad_norm
 from rl_gpu.envs.registry import make
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.actor_critic import ActorCritic
-from rl_gpu.nn.layers import MLP, Tanh, mlp, relu_mlp
+from rl_gpu.nn import layers as plain_layers
+from rl_gpu.nn.cpu_kernels import MLP, Tanh, plain_modules, use_cpu_kernels
+
+
+def mlp(*args, **kwargs) -> MLP:
+    """The tanh MLP with the CPU kernels swapped in (what the algorithms train on the CPU)."""
+    return use_cpu_kernels(plain_layers.mlp(*args, **kwargs))
+
+
+def relu_mlp(*args, **kwargs) -> MLP:
+    return use_cpu_kernels(plain_layers.relu_mlp(*args, **kwargs))
 
 
 def _plain(net: MLP) -> nn.Sequential:
@@ -35,7 +45,7 @@ def test_tanh_matches_torch_tanh_in_value_and_gradient(rows):
 
 
 def test_rational_tanh_matches_float64_tanh_everywhere():
-    from rl_gpu.nn.layers import _tanh_rational
+    from rl_gpu.nn.cpu_kernels import _tanh_rational
 
     x = torch.linspace(-20, 20, 400_001, dtype=torch.float64)
     y = _tanh_rational(x.float()).double()
@@ -82,7 +92,7 @@ def test_compiled_mlp_takes_the_rational_form_and_matches_eager():
 @pytest.mark.parametrize("lead", [(300,), (5, 7)])
 def test_linear_gradients_match_autograd_of_f_linear(shape, lead):
     """The weight gradient taken in the other orientation is the same sum: equal up to float32 rounding."""
-    from rl_gpu.nn.layers import _Linear, linear
+    from rl_gpu.nn.cpu_kernels import _Linear, linear
 
     in_features, out_features = shape
     g = torch.Generator().manual_seed(in_features * out_features)
@@ -111,7 +121,7 @@ def test_linear_gradients_match_autograd_of_f_linear(shape, lead):
 @pytest.mark.parametrize("lead", [(300,), (5, 7)])
 def test_narrow_layer_input_gradient_as_multiply_adds_matches_autograd(shape, lead):
     """A head's input gradient ``g W`` as O broadcast multiply-adds (compiled CPU form): the same sums."""
-    from rl_gpu.nn.layers import _NarrowLinear
+    from rl_gpu.nn.cpu_kernels import _NarrowLinear
 
     in_features, out_features = shape
     g = torch.Generator().manual_seed(in_features + out_features)
@@ -130,7 +140,7 @@ def test_narrow_layer_input_gradient_as_multiply_adds_matches_autograd(shape, le
 
 @pytest.mark.parametrize("lead", [(300,), (5, 70)])
 def test_fused_linear_tanh_is_the_sigmoid_form_bit_for_bit_with_tanh_gradients(lead):
-    from rl_gpu.nn.layers import _LinearTanh
+    from rl_gpu.nn.cpu_kernels import _LinearTanh
 
     g = torch.Generator().manual_seed(len(lead))
     x = (torch.randn(*lead, 9, generator=g) * 2).requires_grad_()
@@ -154,7 +164,7 @@ def test_fused_linear_tanh_is_the_sigmoid_form_bit_for_bit_with_tanh_gradients(l
 def test_onednn_linear_tanh_matches_tanh_of_linear_in_value_and_gradient(lead):
     """From ONEDNN_FROM output elements the fused node's forward is oneDNN's linear + tanh, with and without
     gradients (the MLP's no-grad form too), within float32 rounding of ``tanh(F.linear)``."""
-    from rl_gpu.nn import layers
+    from rl_gpu.nn import cpu_kernels as layers
 
     if not layers._onednn_available():
         pytest.skip("this torch build cannot run oneDNN's fused linear")
@@ -247,7 +257,7 @@ def test_mlp_sigmoid_form_only_for_tanh_mlps_on_cpu():
 
 def test_mlp_forward_is_the_sequential_forward():
     torch.manual_seed(0)
-    policy = ActorCritic(4, 2)
+    policy = use_cpu_kernels(ActorCritic(4, 2))
     assert isinstance(policy.actor, MLP)
     plain = nn.Sequential(*policy.actor)
     assert list(policy.actor.state_dict()) == list(plain.state_dict())
@@ -362,7 +372,7 @@ def test_stacked_vmap_rule_matches_each_member_alone(fused, out, dims, n):
     then one batched node): outputs and gradients equal a loop over members of the plain form, whatever the
     vmapped dimensions, for a [T, N, I] input, and under a vmap nested in another; heads of 1 and 2 outputs
     too (their stacked forward takes the transposed product, a 1-output input gradient a broadcast multiply)."""
-    import rl_gpu.nn.layers as layers
+    import rl_gpu.nn.cpu_kernels as layers
 
     node = getattr(layers, fused)
     plain = ((lambda x, w, b: torch.nn.functional.linear(x, w, b)) if fused == "_Linear"
@@ -391,3 +401,19 @@ def test_stacked_vmap_rule_matches_each_member_alone(fused, out, dims, n):
     xs, ws, bs = (t.detach().expand(2, *t.shape).clone() for t in (x, w, b))
     nested = torch.func.vmap(torch.func.vmap(node.apply, in_dims=dims))(xs, ws, bs)
     torch.testing.assert_close(nested[1], y.detach(), atol=1e-6, rtol=0)
+
+
+def test_networks_are_plain_until_the_cpu_pass_and_back():
+    """The definitions are plain PyTorch; the pass swaps the CPU forms in without touching parameters, only on
+    the CPU, and plain_modules swaps them out (what exports hold)."""
+    torch.manual_seed(0)
+    policy = ActorCritic(4, 2)
+    assert type(policy.actor) is nn.Sequential and type(policy.actor[1]) is nn.Tanh
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    use_cpu_kernels(policy)
+    assert type(policy.actor) is MLP and type(policy.actor[1]) is Tanh and type(policy.critic) is MLP
+    assert all(torch.equal(before[k], v) for k, v in policy.state_dict().items())
+    plain_modules(policy)
+    assert type(policy.actor) is nn.Sequential and type(policy.actor[1]) is nn.Tanh
+    meta = ActorCritic(4, 2).to("meta")
+    assert type(use_cpu_kernels(meta).actor) is nn.Sequential  # not on the CPU: left plain

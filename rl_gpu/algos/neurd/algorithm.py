@@ -35,6 +35,7 @@ from rl_gpu.algos.neurd.config import NeuRDConfig
 from rl_gpu.envs.base import TensorEnv
 from rl_gpu.envs.game_tree import GameTree
 from rl_gpu.nn.actor_critic import ActorCritic, policy_for_env
+from rl_gpu.nn.cpu_kernels import use_cpu_kernels
 
 STATS = ("policy_loss", "average_kl", "game_value")
 """``policy_loss``: the surrogate above; ``average_kl``: KL(average policy || average-policy network), mean over
@@ -68,8 +69,8 @@ class NeuRD:
                  learning_rate: float, anneal_lr: bool = False) -> None:
         self.tree = tree
         self.config = config
-        self.current = current
-        self.average_policy = average_policy
+        self.current = use_cpu_kernels(current)  # on the CPU: their fast forms (the same parameters)
+        self.average_policy = use_cpu_kernels(average_policy)
         self.lr = learning_rate
         self.anneal_lr = anneal_lr
         self.optimizer = torch.optim.SGD(current.actor.parameters(), lr=learning_rate)

@@ -30,6 +30,7 @@ from rl_gpu.algos.offpolicy.config import OffPolicyConfig
 from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
 from rl_gpu.core.types import VecEnv
 from rl_gpu.data.replay import ReplayBuffer
+from rl_gpu.nn.cpu_kernels import use_cpu_kernels
 from rl_gpu.nn.ensemble import EnsembleMLP
 from rl_gpu.nn.squashed import SquashedActor
 from rl_gpu.runtime.compile import GraphedFunction, compile_unit, resolve_compile
@@ -86,6 +87,7 @@ class OffPolicyAlgorithm(LearningRateSchedule):
                  config: OffPolicyConfig, env: VecEnv, learning_rate: float, seed: int, compile: str = "off",
                  num_steps: int | None = None, anneal_lr: bool = False) -> None:
         check_env(env, self.NAME)
+        use_cpu_kernels(policy)  # on the CPU: its fast forms (the same parameters)
         horizon = env.spec.max_episode_steps
         if horizon is not None and config.n_step > horizon:
             raise ValueError(f"--n-step {config.n_step} is longer than an episode of {type(env).__name__} "

@@ -22,7 +22,7 @@ from torch.func import functional_call, vmap
 
 from rl_gpu.core.types import PolicyOutput
 from rl_gpu.nn.actor_critic import ActorCritic, GaussianActorCritic
-from rl_gpu.nn.layers import MLP, stacked_mlp
+from rl_gpu.nn.cpu_kernels import MLP, stacked_mlp
 from rl_gpu.nn.normalization import to_float
 
 

@@ -26,6 +26,7 @@ from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.nn.cpu_kernels import use_cpu_kernels
 from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.nn.normalization import RewardNormalizer
 from rl_gpu.runtime.compile import GraphedFunction, compile_unit, resolve_compile
@@ -62,7 +63,7 @@ class PPO(LearningRateSchedule):
     def __init__(self, policy: nn.Module, config: PPOConfig, learning_rate: float, seed: int,
                  compile: str = "off", *, env: VecEnv | None = None, num_steps: int | None = None,
                  anneal_lr: bool = False, opponent_seed: int | None = None) -> None:
-        self._policy = policy
+        self._policy = use_cpu_kernels(policy)  # on the CPU: its fast forms (the same parameters)
         self.config = config
         self.initial_learning_rate = float(learning_rate)
         self.anneal_lr = anneal_lr

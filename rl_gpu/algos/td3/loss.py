@@ -7,19 +7,18 @@ Shape legend: B = batch rows, D = action dimensions, E = critics.
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from rl_gpu.algos.td3.config import TD3Config
 from rl_gpu.data.replay import ReplayBatch, ReplayBuffer
 from rl_gpu.nn.ensemble import EnsembleMLP
-from rl_gpu.nn.layers import MLP
 from rl_gpu.nn.squashed import DeterministicActor
 
 STATS = ("q_loss", "actor_loss", "q_value")
 """The per-update statistics :func:`td3_loss` returns besides the loss, in the order of its stats vector."""
 
 
-def smoothed_target(policy: DeterministicActor, target_actor: MLP, target_critic: EnsembleMLP, batch: ReplayBatch,
+def smoothed_target(policy: DeterministicActor, target_actor: nn.Module, target_critic: EnsembleMLP, batch: ReplayBatch,
                     config: TD3Config, noise: Tensor) -> Tensor:
     """``[B]`` TD target ``reward + discount * min_e Q'_e(s', a')`` with the target actor's normalised action
     plus clipped Gaussian noise, ``a' = clamp(tanh(mu'(s')) + clamp(policy_noise * noise, -noise_clip,
@@ -33,7 +32,7 @@ def smoothed_target(policy: DeterministicActor, target_actor: MLP, target_critic
         return batch.reward + batch.discount * next_q
 
 
-def td3_loss(policy: DeterministicActor, target_actor: MLP, critic: EnsembleMLP, target_critic: EnsembleMLP,
+def td3_loss(policy: DeterministicActor, target_actor: nn.Module, critic: EnsembleMLP, target_critic: EnsembleMLP,
              config: TD3Config, buffer: ReplayBuffer, actor_step: bool, bits: Tensor,
              noise: Tensor) -> tuple[Tensor, Tensor]:
     """``(loss, stats [len(STATS)])`` of the batch sampled with ``bits`` (``[B]``) and the smoothing ``noise``
