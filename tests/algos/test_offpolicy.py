@@ -13,7 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_gpu.algos.base import Setup
-from rl_gpu.algos.offpolicy.collect import correlated
+from rl_gpu.collect.transitions import correlated
 from rl_gpu.algos.registry import make_algorithm
 from rl_gpu.algos.sac import SACConfig
 from rl_gpu.algos.td3 import TD3Config

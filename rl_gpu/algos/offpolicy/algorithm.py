@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.algos.base import COLLECTION_METRICS, PhaseTimer, no_phase
-from rl_gpu.algos.offpolicy.collect import TransitionCollector, episode_metrics
+from rl_gpu.collect.transitions import TransitionCollector, episode_metrics
 from rl_gpu.algos.offpolicy.config import OffPolicyConfig
 from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
 from rl_gpu.core.types import VecEnv

@@ -1,4 +1,4 @@
-"""Collecting transitions for a replay buffer: T steps of N environments with the acting policy (or uniformly
+"""The replay recorder of the collector family: collecting transitions for a replay buffer (SAC, TD3): T steps of N environments with the acting policy (or uniformly
 random actions before learning starts), recorded as what the buffer stores.
 
 Shape legend: T = steps per iteration, N = environments, O = observation shape, D = action dimensions.
