@@ -154,10 +154,11 @@ def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:
     algo = _flag_value(args, "--algo") or "ppo"
     if algo not in algorithm_names():
         algo = "ppo"  # the parser refuses the value, naming the choices
+    named = f"{env_id}'s preset" if has_preset(env_id) or env_id.startswith("gym:") else \
+        f"the generic defaults for {env_id} (it has no preset)"
     if "--self-play" in args:
-        return (preset_config(env_id, algo, self_play=True), None,
-                f"{env_id}'s preset for {algo} with --self-play")
-    return preset_config(env_id, algo), None, f"{env_id}'s preset for {algo}"
+        return preset_config(env_id, algo, self_play=True), None, f"{named} for {algo} with --self-play"
+    return preset_config(env_id, algo), None, f"{named} for {algo}"
 
 
 def flags_of(algo: str) -> type:
@@ -311,8 +312,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("--output is empty: name the folder the run writes (default artifacts/run)")
     except UsageError as e:
         fail(PROG, str(e))
-    if saved is None and source.startswith(f"{config.env}'s preset") and not has_preset(config.env) \
-            and not config.env.startswith("gym:") and not other_rank():
+    if saved is None and source.startswith("the generic defaults") and not other_rank():
         print(describe_custom_defaults(config.env), flush=True)
     main_process = True
     try:
