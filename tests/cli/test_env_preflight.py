@@ -235,3 +235,40 @@ def test_check_env_names_a_wrong_output_type_instead_of_a_torch_error(envs_modul
     with pytest.raises(EnvCheckError, match="TerminatedFloat: _transition's terminated must be a torch.bool"):
         check_env(module.TerminatedFloat, num_envs=4, num_steps=8)
     check_env(module.Good, num_envs=4, num_steps=30)
+
+
+def test_an_environment_of_the_protocol_alone_is_checked_too():
+    """A VecEnv that is not a TensorEnv (its own class, only the protocol's members): checked through its spec."""
+    from rl_gpu.core.types import EnvSpec, StepResult
+    from rl_gpu.envs.registry import make
+
+    class Wrapped:  # the protocol's members only, around a CartPole batch
+        def __init__(self, bad_reward=False):
+            self.inner, self.bad_reward = make("CartPole-v1", num_envs=4, seed=0), bad_reward
+            self.num_envs, self.device = 4, self.inner.device
+
+        @property
+        def spec(self) -> EnvSpec:
+            return self.inner.spec
+
+        def _out(self, step: StepResult) -> StepResult:
+            return step._replace(reward=step.reward.double()) if self.bad_reward else step
+
+        def reset(self, seed=None):
+            return self._out(self.inner.reset(seed))
+
+        def step(self, action):
+            return self._out(self.inner.step(action))
+
+        def observe(self):
+            return self.inner.observe()
+
+        def state_dict(self):
+            return self.inner.state_dict()
+
+        def load_state_dict(self, state):
+            self.inner.load_state_dict(state)
+
+    check_run_env(Wrapped())
+    with pytest.raises(EnvContractError, match="Wrapped: .*reward has the wrong shape or dtype"):
+        check_run_env(Wrapped(bad_reward=True))

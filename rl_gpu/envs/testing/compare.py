@@ -131,17 +131,18 @@ def check_result(check: str, env: TensorEnv, result: StepResult, step: int) -> N
     """The contract every :class:`StepResult` keeps: shapes, dtypes and device of each field; finite
     ``obs``/``final_obs``/``reward``; never ``terminated & truncated``; ``current_player`` in ``[0, P)``;
     ``final_obs == obs`` in rows that did not finish."""
-    n = env.num_envs
-    obs_dtype = env.spec.obs_dtype()
+    n, described = env.num_envs, env.spec  # from the spec: any VecEnv, not only a TensorEnv
+    obs_dtype = described.obs_dtype()
+    reward_shape = (n,) if described.num_players == 1 else (n, described.num_players)
     spec = {
-        "obs": ((n, *env.obs_shape), obs_dtype),
-        "reward": (env.reward_shape, torch.float32),
+        "obs": ((n, *described.obs_shape), obs_dtype),
+        "reward": (reward_shape, torch.float32),
         "terminated": ((n,), torch.bool),
         "truncated": ((n,), torch.bool),
-        "final_obs": ((n, *env.obs_shape), obs_dtype),
-        "action_mask": ((n, env.num_actions), torch.bool),
+        "final_obs": ((n, *described.obs_shape), obs_dtype),
+        "action_mask": ((n, described.num_actions), torch.bool),
         "current_player": ((n,), torch.int64),
-        "episode_return": (env.reward_shape, torch.float32),
+        "episode_return": (reward_shape, torch.float32),
         "episode_length": ((n,), torch.int64),
     }
     for name, (shape, dtype) in spec.items():
@@ -166,7 +167,7 @@ def check_result(check: str, env: TensorEnv, result: StepResult, step: int) -> N
     both = (result.terminated & result.truncated).cpu()
     compare(check, "terminated & truncated", both, torch.zeros_like(both), step=step)
     player = result.current_player.cpu()
-    in_range = (player >= 0) & (player < env.num_players)
+    in_range = (player >= 0) & (player < described.num_players)
     compare(check, "current_player in range", in_range, torch.ones_like(in_range), step=step)
     compare(
         check,

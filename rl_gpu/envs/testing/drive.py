@@ -4,6 +4,7 @@ single rows taken out of, or put into, a batched inner state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -37,12 +38,13 @@ def sample_actions(env: TensorEnv, action_mask: Tensor, generator: torch.Generat
         ``[N]`` int64 actions, or ``[N, D]`` float32 actions uniform in ``[action_low, action_high]``
         (standard normal in a dimension with an infinite bound), on ``env.device``.
     """
-    n = env.num_envs
-    if env.is_continuous:
-        low = torch.tensor(env.action_low, dtype=torch.float64)
-        high = torch.tensor(env.action_high, dtype=torch.float64)
-        uniform = torch.rand((n, *env.action_shape), generator=generator, dtype=torch.float64)
-        normal = torch.randn((n, *env.action_shape), generator=generator, dtype=torch.float64)
+    n, spec = env.num_envs, env.spec  # from the spec: any VecEnv, not only a TensorEnv
+    if spec.is_continuous:
+        shape, size = tuple(spec.action_shape), math.prod(spec.action_shape)
+        low = torch.tensor(spec.action_low or (-math.inf,) * size, dtype=torch.float64).reshape(shape)
+        high = torch.tensor(spec.action_high or (math.inf,) * size, dtype=torch.float64).reshape(shape)
+        uniform = torch.rand((n, *shape), generator=generator, dtype=torch.float64)
+        normal = torch.randn((n, *shape), generator=generator, dtype=torch.float64)
         bounded = torch.isfinite(low) & torch.isfinite(high)
         span = torch.where(bounded, high - low, torch.zeros_like(low))
         base = torch.where(bounded, low, torch.zeros_like(low))

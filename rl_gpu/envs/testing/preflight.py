@@ -103,8 +103,8 @@ def _check_step(env: VecEnv, step, t: int) -> None:
                                        f"(got {x[row].tolist()})")
     if env.spec.num_agents == 1:
         check_result("environment check", env, step, t)
-    if not env.is_continuous:
-        legal = step.action_mask.reshape(env.num_envs, -1, env.num_actions).any(-1).all(-1)
+    if not env.spec.is_continuous:
+        legal = step.action_mask.reshape(env.num_envs, -1, env.spec.num_actions).any(-1).all(-1)
         if not bool(legal.all()):
             row = int((~legal).nonzero()[0, 0])
             raise EnvContractError(f"{type(env).__name__}: every action is masked in env row {row} at step {t} "
@@ -112,7 +112,7 @@ def _check_step(env: VecEnv, step, t: int) -> None:
 
 
 def _agent_actions(env: VecEnv, mask: Tensor, generator: torch.Generator) -> Tensor:
-    probs = mask.float().reshape(-1, env.num_actions).cpu()
+    probs = mask.float().reshape(-1, env.spec.num_actions).cpu()
     probs[probs.sum(-1) == 0] = 1.0
     picks = torch.multinomial(probs, 1, generator=generator)
     return picks.reshape(mask.shape[:-1]).to(env.device)
