@@ -73,6 +73,10 @@ class Setup:
     """The policy kind to build (:mod:`rl_gpu.nn.kinds`), for algorithms that take any (``auto``: their own)."""
     compile: str = "off"
     """``off``, ``inductor`` or ``cudagraphs`` (already resolved for the device)."""
+    opponent: Callable[[nn.Module], Any] | None = None
+    """The opponent slot of turn-based games: ``opponent(policy)`` returns the actor that plays the other seats,
+    called once, by an algorithm whose spec says ``self_play``, as soon as it has built its policy (self-play: a
+    league of that policy's snapshots, :mod:`rl_gpu.training.league`); None: uniform random legal actions."""
     make_env: Callable[[int, int], VecEnv] | None = None
     """``make_env(num_envs, seed)``: a fresh batch of the run's environment with its own reset stream, on the
     run's device, for collectors of the algorithm's own (other threads or processes, a second buffer); None

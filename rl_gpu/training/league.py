@@ -228,17 +228,16 @@ class SelfPlay:
     assigns the rows, runs the wrapped algorithm's iteration (its rollout engine plays the league's members in
     the opponent's seat) and rates the games. Everything else is the wrapped algorithm's.
 
-    The wrapped algorithm needs an ``opponent`` attribute its collection plays and a ``last_rollout``
-    (:class:`~rl_gpu.algos.ppo.algorithm.PPO` has both).
+    The wrapped algorithm (its spec says ``self_play``) has filled its opponent slot from ``Setup.opponent`` with
+    the league's members and hands back its ``last_rollout`` (:class:`~rl_gpu.algos.ppo.algorithm.PPO` does).
     """
 
     def __init__(self, inner: Any, league: League) -> None:
-        if not hasattr(inner, "opponent") or not hasattr(inner, "last_rollout"):
-            raise ValueError(f"self-play needs an algorithm whose opponent can be set (PPO), not "
+        if getattr(inner, "opponent", None) is not league.members:
+            raise ValueError(f"self-play needs an algorithm that plays Setup.opponent (PPO), not "
                              f"{type(inner).__name__}")
         self.inner = inner
         self.league = league
-        inner.opponent = league.members
         self.metric_names = (*inner.metric_names, *LEAGUE_METRICS)
         self.num_steps = inner.num_steps
 

@@ -34,6 +34,15 @@ def prepare(config: TrainConfig) -> torch.device:
     return device
 
 
+def check_agents(env, config: TrainConfig) -> None:
+    """Refuse (closing ``env``) an environment of several agents acting at once for an algorithm of one."""
+    agents = env.spec.num_agents
+    if agents > 1 and not algorithm_spec(config.algo).agents:
+        env.close()
+        raise UsageError(f"{config.env} has {agents} agents acting at once, and --algo {config.algo} trains one "
+                         "agent per row; its rollouts (rl_gpu.collect.agents) await a multi-agent algorithm")
+
+
 def check_run_memory(config: TrainConfig, device: torch.device) -> None:
     """Refuse a run too large for ``device``, judged from a few environments (nothing large allocated). An
     environment that is not one of rl_gpu's own is checked first (:func:`rl_gpu.envs.testing.preflight.

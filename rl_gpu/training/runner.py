@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.algos.base import Setup
-from rl_gpu.algos.registry import algorithm_spec, make_algorithm
+from rl_gpu.algos.registry import make_algorithm
 from rl_gpu.core.device import resolve_device
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
@@ -59,7 +59,7 @@ from rl_gpu.training.outcome import (  # noqa: F401 (the names callers import fr
     RunResult,
     report_result,
 )
-from rl_gpu.training.preflight import check_env_id, check_run_memory, env_fault, prepare  # noqa: F401
+from rl_gpu.training.preflight import check_agents, check_env_id, check_run_memory, env_fault, prepare  # noqa: F401
 from rl_gpu.training.run_dir import check_run_dirs, prepare_run_dir
 from rl_gpu.training.run_logger import RunLogger
 from rl_gpu.training.run_state import RunState
@@ -93,11 +93,7 @@ class Trainer(CheckpointMixin):
         self.device = resolve_device(config.device)
         torch.manual_seed(derive_seed(seed, "torch"))
         self.env: VecEnv = self.make_env(config.num_envs, derive_seed(seed, "train-env", rank()))
-        agents = self.env.spec.num_agents
-        if agents > 1 and not algorithm_spec(config.algo).agents:
-            self.env.close()
-            raise UsageError(f"{config.env} has {agents} agents acting at once, and --algo {config.algo} trains one "
-                             "agent per row; its rollouts (rl_gpu.collect.agents) await a multi-agent algorithm")
+        check_agents(self.env, config)
         self.goal = goal_for(self.env.spec, config.env, config.solve_threshold, config.success_z,
                              budget=config.total_timesteps is not None, self_play_by=config.self_play_flag)
         try:
@@ -108,16 +104,14 @@ class Trainer(CheckpointMixin):
                 num_steps=config.num_steps, hidden_sizes=tuple(config.hidden_sizes),
                 normalize_obs=config.normalize_obs, init_log_std=config.init_log_std, policy=config.policy,
                 compile=resolve_compile(ranks.resolve_compile(config.compile, self.device), self.device),
+                opponent=self.league_of if config.self_play else None,
             )
-            self.algo = make_algorithm(config.algo, setup, config.algo_config())
             self.league: League | None = None
-            if config.self_play:
-                if world_size() > 1:
-                    raise ValueError("--self-play runs in one process (each process would rate its own games): "
-                                     "start it without torchrun")
-                settings = LeagueSettings(config.snapshot_every, config.pool_size, config.pfsp,
-                                          config.latest_share, config.baseline_share)
-                self.league = League(self.algo.policy, config.num_envs, settings, derive_seed(seed, "league"))
+            if config.self_play and world_size() > 1:
+                raise ValueError("--self-play runs in one process (each process would rate its own games): "
+                                 "start it without torchrun")
+            self.algo = make_algorithm(config.algo, setup, config.algo_config())
+            if self.league is not None:
                 self.algo = SelfPlay(self.algo, self.league)
         except (ValueError, TypeError) as e:
             raise UsageError(str(e)) from None
@@ -140,6 +134,13 @@ class Trainer(CheckpointMixin):
         """The run's callbacks (:mod:`rl_gpu.training.events`; rank 0's only under torchrun)."""
         self.steps_taken: Tensor | None = None
         """``global_step`` kept on the device by :meth:`train_one_update` (with a step budget), for the schedules."""
+
+    def league_of(self, policy) -> object:
+        """Setup's opponent slot under ``--self-play``: a league of ``policy``'s snapshots; its members play."""
+        cfg = self.config
+        settings = LeagueSettings(cfg.snapshot_every, cfg.pool_size, cfg.pfsp, cfg.latest_share, cfg.baseline_share)
+        self.league = League(policy, cfg.num_envs, settings, derive_seed(self.seed, "league"))
+        return self.league.members
 
     def make_env(self, num_envs: int, seed: int) -> VecEnv:
         try:

@@ -12,7 +12,13 @@ import pytest
 import torch
 
 from rl_gpu.algos.base import COLLECTION_METRICS, Setup, collection_metrics, no_phase
-from rl_gpu.algos.registry import AlgorithmSpec, algorithm_names, register_algorithm, unregister_algorithm
+from rl_gpu.algos.registry import (
+    AlgorithmSpec,
+    algorithm_names,
+    algorithm_spec,
+    register_algorithm,
+    unregister_algorithm,
+)
 from rl_gpu.collect.reference import collect
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.nn.actor_critic import policy_for_env
@@ -190,3 +196,24 @@ def test_its_setup_carries_an_env_factory_and_named_seeds(toy, tmp_path, train):
     again = setup.make_env(3, setup.seed_for("second-collector"))
     assert torch.equal(second.reset().obs, again.reset().obs)  # the same seed, the same starts
     assert setup.seed_for("a") != setup.seed_for("b") and setup.seed_for("a") != setup.seed
+
+
+def test_the_opponent_slot_is_filled_through_setup():
+    """Self-play's league arrives through Setup.opponent (called with the policy the algorithm built), not by
+    reaching into the algorithm afterwards."""
+    from rl_gpu.algos.registry import make_algorithm
+    from rl_gpu.envs.registry import make
+    from rl_gpu.nn.actor_critic import UniformRandomPolicy
+
+    seen, player = [], UniformRandomPolicy()
+
+    def opponent(policy):
+        seen.append(policy)
+        return player
+
+    env = make("RussianRoulette-v0", num_envs=8, seed=0)
+    algo = make_algorithm("ppo", Setup(env=env, seed=0, opponent=opponent),
+                          algorithm_spec("ppo").default_config())
+    assert seen == [algo.policy] and algo.opponent is player
+    metrics = algo.iterate()
+    assert float(metrics["episodes"]) > 0

@@ -99,8 +99,8 @@ class PPO(LearningRateSchedule):
         self.last_rollout: Rollout | None = None
         """The rollout the last :meth:`iterate` learned from (storage reused by the next call)."""
         self.opponent: Actor | None = None
-        """Plays the other seat of turn-based games (None: uniform random); set before the first collection
-        (engines keep the opponent they were built with), e.g. by :class:`rl_gpu.training.league.SelfPlay`."""
+        """Plays the other seat of turn-based games (None: uniform random); filled from ``Setup.opponent`` or set
+        before the first collection (engines keep the opponent they were built with)."""
 
     @classmethod
     def from_setup(cls, setup: Setup, config: PPOConfig) -> PPO:
@@ -113,9 +113,12 @@ class PPO(LearningRateSchedule):
                              "(its minibatches are single steps, not sequences); its collector and evaluation "
                              "carry the state (rl_gpu.nn.memory)")
         policy = policy.to(env.device)
-        return cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
+        algo = cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
                    opponent_seed=derive_seed(setup.seed, "opponent"))
+        if setup.opponent is not None:  # the declared slot (self-play: the league of this policy's snapshots)
+            algo.opponent = setup.opponent(algo.policy)
+        return algo
 
     @staticmethod
     def episodic(env: VecEnv) -> bool:
