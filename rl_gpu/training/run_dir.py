@@ -11,9 +11,11 @@ refused: the run's files (and ``--overwrite``'s deletions) would land outside th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rl_gpu.core.errors import UsageError
@@ -80,20 +82,38 @@ def check_run_dirs(run_dirs: list[Path], overwrite: bool) -> None:
         _check(Path(run_dir), overwrite)
 
 
+def _remove_run_files(run_dir: Path) -> None:
+    for name in RUN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    tb = run_dir / TB_DIR
+    tb_stat = _lstat(tb)
+    if tb_stat is not None and stat.S_ISLNK(tb_stat.st_mode):
+        tb.unlink()
+    elif tb_stat is not None:
+        shutil.rmtree(tb)
+
+
+@contextlib.contextmanager
+def discarded_unless_started(run_dir: Path, started: Callable[[], bool]) -> Iterator[None]:
+    """Around a fresh run: an exception (the user's environment raising in its own code, say) before anything was
+    trained (``started()`` False) removes the files the run wrote, so the folder is not left half-made (a rerun
+    needs no ``--overwrite``); the exception goes on unchanged."""
+    try:
+        yield
+    except Exception:
+        if not started():
+            with contextlib.suppress(OSError):
+                _remove_run_files(Path(run_dir))
+        raise
+
+
 def prepare_run_dir(run_dir: Path, overwrite: bool) -> None:
     """Create ``run_dir``; refuse an existing non-empty one unless ``overwrite`` (then remove the files of the
     earlier run, :data:`RUN_FILES` and ``tb/``, and nothing else)."""
     run_dir = Path(run_dir)
     try:
         if _check(run_dir, overwrite):
-            for name in RUN_FILES:
-                (run_dir / name).unlink(missing_ok=True)
-            tb = run_dir / TB_DIR
-            tb_stat = _lstat(tb)
-            if tb_stat is not None and stat.S_ISLNK(tb_stat.st_mode):
-                tb.unlink()
-            elif tb_stat is not None:
-                shutil.rmtree(tb)
+            _remove_run_files(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"run directory {run_dir}: {reason(e)}") from None

@@ -60,7 +60,7 @@ from rl_gpu.training.outcome import (  # noqa: F401 (the names callers import fr
     report_result,
 )
 from rl_gpu.training.preflight import check_agents, check_env_id, check_run_memory, env_fault, prepare  # noqa: F401
-from rl_gpu.training.run_dir import check_run_dirs, prepare_run_dir
+from rl_gpu.training.run_dir import check_run_dirs, discarded_unless_started, prepare_run_dir
 from rl_gpu.training.run_logger import RunLogger
 from rl_gpu.training.run_state import RunState
 from rl_gpu.training.seed_summary import describe as describe_seeds
@@ -460,7 +460,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
             multi_player = trainer.goal.multi_player
             if is_main_process():
                 prepare_run_dir(run_dir, config.overwrite)
-            results.append(report_result(trainer.run(stop, stop_after), log))
+            with discarded_unless_started(run_dir, lambda: trainer.state.update > 0 or not is_main_process()):
+                results.append(report_result(trainer.run(stop, stop_after), log))
             if not results[-1].finished:
                 break
     if several and len(results) == len(config.seeds) and all(r.finished for r in results):

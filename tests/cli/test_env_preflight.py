@@ -272,3 +272,50 @@ def test_an_environment_of_the_protocol_alone_is_checked_too():
     check_run_env(Wrapped())
     with pytest.raises(EnvContractError, match="Wrapped: .*reward has the wrong shape or dtype"):
         check_run_env(Wrapped(bad_reward=True))
+
+
+RAISES_LATE = '''
+from typing import NamedTuple
+
+import torch
+
+from rl_gpu.envs.base import TensorEnv
+
+
+class S(NamedTuple):
+    t: torch.Tensor
+
+
+class RaisesAt30(TensorEnv[S]):
+    """Passes the check before the run (16 steps), then raises in its own code at step 30."""
+
+    obs_shape = (1,)
+    num_actions = 2
+    max_episode_steps = 100
+
+    def _sample_initial_state(self, n, g):
+        return S(torch.zeros(n, device=self.device))
+
+    def _transition(self, s, a):
+        if bool((s.t >= 30).any()):
+            raise RuntimeError("the user's own bug, late")
+        return S(s.t + 1), torch.ones_like(s.t), torch.zeros_like(s.t, dtype=torch.bool)
+
+    def _observe(self, s):
+        return s.t[:, None] / 100
+'''
+
+
+def test_a_late_exception_in_the_environment_leaves_no_half_made_run_folder(call_main, tmp_path, monkeypatch):
+    name = f"raises_late_{next(_names)}"
+    (tmp_path / f"{name}.py").write_text(RAISES_LATE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["--env", f"{name}:RaisesAt30", "--output", tmp_path / "run", "--num-envs", 4, "--num-steps", 50,
+            "--eval-episodes", 4]
+    with pytest.raises(RuntimeError, match="the user's own bug, late"):
+        call_main(main, *args)
+    run = tmp_path / "run" / "seed-11"
+    assert not run.exists() or sorted(p.name for p in run.iterdir()) == [".rl_gpu.lock"]  # nothing half-made
+    with pytest.raises(RuntimeError, match="the user's own bug, late"):
+        call_main(main, *args)  # the rerun needs no --overwrite: it fails the same way, not on the folder
