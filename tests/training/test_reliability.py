@@ -47,6 +47,15 @@ def _params(run_dir):
     return load_checkpoint(run_dir / "last.pt")["trainer"]["algorithm"]
 
 
+def assert_same_run(expected_dir, run_dir):
+    """``run_dir`` (stopped and resumed) equals ``expected_dir`` (never stopped): metrics.jsonl (times aside),
+    parameters and optimiser state, and the final evaluation."""
+    assert _metrics(expected_dir) == _metrics(run_dir)
+    _assert_same_state(_params(expected_dir), _params(run_dir))
+    summaries = [json.loads((p / "summary.json").read_text()) for p in (expected_dir, run_dir)]
+    assert summaries[0]["final_evaluation"] == summaries[1]["final_evaluation"]
+
+
 def _assert_same_state(a, b):
     for key in ("policy",):
         assert a[key].keys() == b[key].keys()

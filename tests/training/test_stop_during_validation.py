@@ -1,14 +1,13 @@
 """One uninterrupted record: a stop that lands during a validation (once, or again during the resumed run's
 validation) and the resumes give the metrics.jsonl, parameters and final evaluation of the run never stopped."""
 
-import json
 import signal
 
 import pytest
 
 from rl_gpu.training.runner import Trainer, resume, train
 from rl_gpu.training.signals import Stopped
-from test_reliability import QUIET, _assert_same_state, _config, _metrics, _params  # noqa: I001 (a sibling)
+from test_reliability import QUIET, _config, _metrics, assert_same_run  # noqa: I001 (a sibling)
 
 
 @pytest.mark.parametrize("stops", [1, 2])
@@ -36,7 +35,4 @@ def test_a_stop_during_a_validation_keeps_one_line_per_update(tmp_path, monkeypa
         assert updates.count(3) == 1, updates  # the held line is back in the file while stopped
     finished = resume(run_dir, config, log=QUIET)
     assert finished.status == full.status == "goal_not_met"
-    assert _metrics(tmp_path / "a" / "seed-5") == _metrics(run_dir)
-    _assert_same_state(_params(tmp_path / "a" / "seed-5"), _params(run_dir))
-    summaries = [json.loads((p / "seed-5" / "summary.json").read_text()) for p in (tmp_path / "a", tmp_path / "b")]
-    assert summaries[0]["final_evaluation"] == summaries[1]["final_evaluation"]
+    assert_same_run(tmp_path / "a" / "seed-5", run_dir)

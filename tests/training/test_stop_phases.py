@@ -3,7 +3,6 @@ learning step, a checkpoint being written) stops the run after that update with 
 gives the metrics.jsonl, parameters and final evaluation of the run never stopped."""
 
 import contextlib
-import json
 import os
 import signal
 
@@ -12,7 +11,7 @@ import pytest
 from rl_gpu.training import checkpointing
 from rl_gpu.training.run_logger import RunLogger
 from rl_gpu.training.runner import resume, train
-from test_reliability import QUIET, _assert_same_state, _config, _metrics, _params  # noqa: I001 (a sibling)
+from test_reliability import QUIET, _config, assert_same_run  # noqa: I001 (a sibling)
 
 
 @pytest.mark.parametrize("phase", ["collect", "update", "checkpoint"])
@@ -56,7 +55,4 @@ def test_a_stop_in_any_phase_resumes_to_the_run_never_stopped(tmp_path, monkeypa
     monkeypatch.undo()
     finished = resume(run_dir, config, log=QUIET)
     assert finished.status == full.status == "goal_not_met"
-    assert _metrics(tmp_path / "a" / "seed-5") == _metrics(run_dir)
-    _assert_same_state(_params(tmp_path / "a" / "seed-5"), _params(run_dir))
-    summaries = [json.loads((p / "seed-5" / "summary.json").read_text()) for p in (tmp_path / "a", tmp_path / "b")]
-    assert summaries[0]["final_evaluation"] == summaries[1]["final_evaluation"]
+    assert_same_run(tmp_path / "a" / "seed-5", run_dir)
