@@ -36,7 +36,7 @@ from rl_gpu.runtime.run_files import RunLocks
 from rl_gpu.training.config import TrainConfig
 from rl_gpu.training.events import CallbackLike, check_callbacks
 from rl_gpu.training.outcome import RunResult, report_result
-from rl_gpu.training.preflight import check_run_memory, prepare
+from rl_gpu.training.preflight import check_env_and_memory, prepare
 from rl_gpu.training.run_dir import check_run_dirs, prepare_run_dir
 from rl_gpu.training.runner import Trainer
 from rl_gpu.training.seed_summary import describe as describe_seeds
@@ -196,7 +196,7 @@ def train_population(config: TrainConfig, log: Callable[[str], None] = print, st
         if not config.overwrite and os.path.lexists(path):
             raise UsageError(f"{path} already exists (from an earlier run); pass --overwrite to replace it, or "
                              "choose another --output")
-    check_run_memory(dataclasses.replace(config, num_envs=config.num_envs * k), device)
+    check_env_and_memory(dataclasses.replace(config, num_envs=config.num_envs * k), device)
     display = "plain" if display in ("auto", "live") else display
     trainers = [MemberTrainer(config, seed, run_dir, log, display) for seed, run_dir in zip(config.seeds, run_dirs)]
     if trainers[0].reward_terms:

@@ -43,7 +43,7 @@ def check_agents(env, config: TrainConfig) -> None:
                          "agent per row; its rollouts (rl_gpu.collect.agents) await a multi-agent algorithm")
 
 
-def check_run_memory(config: TrainConfig, device: torch.device) -> None:
+def check_env_and_memory(config: TrainConfig, device: torch.device) -> None:
     """Refuse a run too large for ``device``, judged from a few environments (nothing large allocated). An
     environment that is not one of rl_gpu's own is checked first (:func:`rl_gpu.envs.testing.preflight.
     check_run_env`: a few steps, every output against the contract): a broken one is refused in one line,

@@ -59,7 +59,7 @@ from rl_gpu.training.outcome import (  # noqa: F401 (the names callers import fr
     RunResult,
     report_result,
 )
-from rl_gpu.training.preflight import check_agents, check_env_id, check_run_memory, env_fault, prepare  # noqa: F401
+from rl_gpu.training.preflight import check_agents, check_env_id, check_env_and_memory, env_fault, prepare  # noqa: F401
 from rl_gpu.training.run_dir import check_run_dirs, discarded_unless_started, prepare_run_dir
 from rl_gpu.training.run_logger import RunLogger
 from rl_gpu.training.run_state import RunState
@@ -242,7 +242,7 @@ class Trainer(CheckpointMixin):
                         continue
                     *earlier, last = self.read_metrics(pending)
                     pending.clear()
-                    for line in (*earlier, last):
+                    for line in (*earlier, last) if self.events.callbacks else ():  # no copies for nobody
                         self.events.emit(IterationDone(self.seed, self.run_dir, line.update, line.global_step,
                                                        dict(line.record)))
                     by_callback = all_agree(self.events.stop_by is not None)
@@ -445,7 +445,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
         if several and not config.overwrite and os.path.lexists(summary_path):
             raise UsageError(f"{summary_path} already exists (the summary of earlier seeds); pass --overwrite to "
                              "replace it, or choose another --output")
-        check_run_memory(config, device)
+        check_env_and_memory(config, device)
         # One process per run folder, for the whole run: a second train, --resume or --overwrite refuses.
         locks = RunLocks(run_dirs if is_main_process() else [], log)
     results: list[RunResult] = []
@@ -490,7 +490,7 @@ def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = prin
         check_run_folder(run_dir)
         check_config_record(run_dir, payload)
         check_resumable(run_dir, payload, config)
-        check_run_memory(config, device)
+        check_env_and_memory(config, device)
         locks = RunLocks([run_dir] if is_main_process() else [], log)
     with locks:
         trainer = Trainer(config, seed, run_dir, log, display, measure, callbacks)
