@@ -16,18 +16,24 @@ from rl_gpu.core.types import VecEnv
 def single_spaces(env: VecEnv) -> tuple[spaces.Space, spaces.Space]:
     """``(observation space, action space)`` of one row of ``env``.
 
-    Observations: a float32 ``Box`` of ``spec.obs_shape``, bounded by ``spec.obs_low`` / ``spec.obs_high`` when
-    the environment has them, else unbounded. Actions: ``Discrete(spec.num_actions)``, or a float32 ``Box`` of
+    Observations: a ``Box`` of ``spec.obs_shape`` and the policy group's dtype (float32 unless the environment
+    declares uint8 or bool, e.g. pixels), bounded by ``spec.obs_low`` / ``spec.obs_high`` when the environment has
+    them, else unbounded (for integer dtypes: the dtype's range). Actions: ``Discrete(spec.num_actions)``, or a float32 ``Box`` of
     ``spec.action_shape`` bounded by ``spec.action_low`` / ``spec.action_high`` (unbounded where absent).
     """
     spec = env.spec
     obs_shape = tuple(int(d) for d in spec.obs_shape)
     obs_size = math.prod(obs_shape)
-    low = spec.obs_low or (-np.inf,) * obs_size
-    high = spec.obs_high or (np.inf,) * obs_size
-    low = np.asarray(low, dtype=np.float32).reshape(obs_shape)
-    high = np.asarray(high, dtype=np.float32).reshape(obs_shape)
-    observation_space = spaces.Box(low, high, obs_shape, dtype=np.float32)
+    dtype = obs_numpy_dtype(env)
+    if np.issubdtype(dtype, np.floating):
+        wide = (-np.inf, np.inf)
+    elif dtype == np.bool_:
+        wide = (0, 1)
+    else:
+        wide = (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    low = np.asarray(spec.obs_low or (wide[0],) * obs_size, dtype=dtype).reshape(obs_shape)
+    high = np.asarray(spec.obs_high or (wide[1],) * obs_size, dtype=dtype).reshape(obs_shape)
+    observation_space = spaces.Box(low, high, obs_shape, dtype=dtype)
     if spec.is_continuous:
         shape = tuple(int(d) for d in spec.action_shape)
         size = math.prod(shape)
@@ -37,6 +43,11 @@ def single_spaces(env: VecEnv) -> tuple[spaces.Space, spaces.Space]:
     else:
         action_space = spaces.Discrete(int(spec.num_actions))
     return observation_space, action_space
+
+
+def obs_numpy_dtype(env: VecEnv) -> np.dtype:
+    """The numpy dtype of the policy group's observations (float32 unless the spec declares another)."""
+    return np.dtype(str(env.spec.obs_dtype()).removeprefix("torch."))
 
 
 class HostBridge:
@@ -54,6 +65,7 @@ class HostBridge:
         self.obs_shape = tuple(int(d) for d in self.spec.obs_shape)
         self.obs_size = math.prod(self.obs_shape)
         self.observation_space, self.action_space = single_spaces(env)
+        self.obs_dtype = obs_numpy_dtype(env)
 
     def to_device(self, actions: Any) -> torch.Tensor:
         env = self.env
@@ -64,7 +76,7 @@ class HostBridge:
         return torch.from_numpy(array).to(env.device)
 
     def to_host(self, step: Any) -> dict[str, np.ndarray]:
-        """``obs``, ``final_obs`` (float32), ``reward`` (float64), ``terminated``, ``truncated`` (bool),
+        """``obs``, ``final_obs`` (the observation space's dtype), ``reward`` (float64), ``terminated``, ``truncated`` (bool),
         ``episode_return``, ``episode_length`` and, for discrete actions, ``action_mask``."""
         n, o = self.env.num_envs, self.obs_size
         columns = (step.reward, step.terminated, step.truncated, step.episode_return, step.episode_length)
@@ -73,8 +85,9 @@ class HostBridge:
             fields.append(step.action_mask)
         host = torch.cat([f.float() for f in fields], dim=1).cpu().numpy()
         out = {
-            "obs": host[:, :o].reshape(n, *self.obs_shape).copy(),
-            "final_obs": host[:, o:2 * o].reshape(n, *self.obs_shape).copy(),
+            # uint8 and bool values are exact in the float32 transfer.
+            "obs": host[:, :o].reshape(n, *self.obs_shape).astype(self.obs_dtype),
+            "final_obs": host[:, o:2 * o].reshape(n, *self.obs_shape).astype(self.obs_dtype),
             "reward": host[:, 2 * o].astype(np.float64),
             "terminated": host[:, 2 * o + 1] > 0.5,
             "truncated": host[:, 2 * o + 2] > 0.5,

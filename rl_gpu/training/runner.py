@@ -40,10 +40,11 @@ from rl_gpu.training.budget import Budget
 from rl_gpu.training.checkpointing import CheckpointMixin
 from rl_gpu.training.config import TrainConfig
 from rl_gpu.training.evaluation import EvalResult, evaluate_policy
-from rl_gpu.training.events import CallbackLike, Events, IterationDone, RunEnded, RunStarted, ValidationDone
+from rl_gpu.training.events import CallbackLike, Events, IterationDone, RunEnded, RunStarted
 from rl_gpu.training.events import check_callbacks
 from rl_gpu.training.final_eval import final_evaluation
-from rl_gpu.training.goals import SelfPlayLeague, goal_for
+from rl_gpu.training import validation
+from rl_gpu.training.goals import goal_for
 from rl_gpu.training.league import League, LeagueSettings, SelfPlay
 from rl_gpu.training.lifecycle import FINAL_STATUSES, check_checkpoint_belongs, check_resumable, resume_args
 from rl_gpu.training.lifecycle import check_config_record
@@ -309,17 +310,6 @@ class Trainer(CheckpointMixin):
         why = f" at the request of callback {self.events.stop_by}" if by_callback and self.events.stop_by else ""
         return f"paused after update {self.state.update}{why}; continue with {resume_args(self.config, self.run_dir)}"
 
-    def validate_held_update(self, logger: RunLogger) -> None:
-        """The validation a stop cut short, first thing in a resumed run; the update's line held back from
-        metrics.jsonl (:meth:`resume_from`) is written again with it, or without it when a stop cuts this one
-        short too (then the next resume holds it back again)."""
-        held, self.held_line = self.held_line, None
-        try:
-            logger.log_validation(self.state.update, self.state.global_step, self.validate())
-        finally:
-            if held is not None:
-                logger.log_update_again(held)
-
     def run_logger(self) -> RunLogger:
         """The run's metrics.jsonl + TensorBoard + progress view; trainer messages print through it."""
         cfg = self.config
@@ -389,35 +379,13 @@ class Trainer(CheckpointMixin):
 
     def validate(self) -> dict:
         """Evaluate on the validation stream, update the streak, keep best.pt; returns the record to log."""
-        cfg, goal = self.config, self.goal
-        result = self.evaluate(self.algo.policy, cfg.eval_episodes, "validation")
-        ok, why = goal.passes(result, self.state.baseline)
-        self.state.streak = self.state.streak + 1 if ok and self.state.update >= cfg.min_updates else 0
-        score, extra, note = self.measured(self.algo.policy, goal.score(result))
-        if self.league is not None and is_main_process():
-            atomic_write_json(self.run_dir / "ratings.json", {"update": self.state.update,
-                                                              **self.league.ratings_table()})
-        state = self.state
-        best = score > state.best_score
-        if best:
-            state.best_score, state.best_update = score, state.update
-            self.save("best.pt", result)
-        streak = f"  {'PASS' if ok else 'fail'} streak {state.streak}/{cfg.consecutive_passes}" if goal.can_pass else ""
-        self.log(f"[seed {self.seed}] validation @ {state.update}: {goal.describe(result)}{note}  {why}{streak}")
-        record = {"score": score, "passed": ok, "streak": state.streak, **extra}
-        self.events.emit(ValidationDone(self.seed, self.run_dir, state.update, state.global_step, score, ok,
-                                        state.streak, best, dict(record)))
-        return record
+        return validation.validate(self)
+
+    def validate_held_update(self, logger: RunLogger) -> None:
+        validation.validate_held_update(self, logger)
 
     def measured(self, policy, score: float) -> tuple[float, dict, str]:
-        """``(score, extra record entries, log note)`` of a validation with the policy's exploitability, when
-        the run measures it (self-play scores by it: the least exploitable policy is the best)."""
-        if self.measure is None:
-            return score, {}, ""
-        measured = self.measure(policy)
-        if isinstance(self.goal, SelfPlayLeague):
-            score = -measured.value
-        return score, {"exploitability": measured.value}, f"  exploitability {measured.describe()}"
+        return validation.measured(self, policy, score)
 
     def final_evaluation(self, status: str, reason: str) -> dict:
         """Re-evaluate best.pt, the initial policy and a uniform-random player on fresh seeds; write

@@ -91,3 +91,18 @@ def test_a_uint8_environment_trains(call_main, tmp_path, monkeypatch):
     assert code in (0, 1), err
     summary = json.loads((tmp_path / "run" / "seed-11" / "summary.json").read_text())
     assert summary["updates"] >= 1 and "final_evaluation" in summary
+
+
+def test_the_gymnasium_bridge_keeps_the_dtype():
+    pytest.importorskip("gymnasium")
+    import numpy as np
+
+    from rl_gpu.interop.gymnasium import to_gymnasium
+
+    vec = to_gymnasium(ParityEnv(3, seed=1))
+    space = vec.single_observation_space
+    assert space.dtype == np.uint8 and int(space.low.min()) == 0 and int(space.high.max()) == 255
+    obs, _ = vec.reset(seed=0)
+    assert obs.dtype == np.uint8 and set(np.unique(obs)) <= {0, 255}
+    obs, *_ = vec.step(np.zeros(3, dtype=np.int64))
+    assert obs.dtype == np.uint8 and vec.observation_space.contains(obs)
