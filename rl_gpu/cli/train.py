@@ -126,11 +126,9 @@ def _overlay(saved: TrainConfig, data: dict, file_config: TrainConfig) -> TrainC
 
 
 def _check_env(env_id: str) -> None:
-    from rl_gpu.envs.registry import is_known, registered_ids
+    from rl_gpu.training.preflight import check_env_id
 
-    if not is_known(env_id):
-        raise UsageError(f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}, "
-                         "gym:<any Gymnasium id>, or package.module:ClassName")
+    check_env_id(env_id)
 
 
 def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:

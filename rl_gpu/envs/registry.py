@@ -46,9 +46,12 @@ ENTRY_POINT_GROUP = "rl_gpu.envs"
 
 _ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
-PREFIXES: dict[str, str] = {"gym:": "rl_gpu.envs.gymnasium_env:GymnasiumEnv"}
+PREFIXES: dict[str, str] = {"gym:": "rl_gpu.envs.gymnasium_env:GymnasiumEnv", "vmas:": "rl_gpu.envs.vmas_env:VmasEnv"}
 """Id prefixes that name a family of environments rather than one id: ``"gym:<any Gymnasium id>"`` builds
-``GymnasiumEnv("<id>", num_envs, device=..., seed=..., max_episode_steps=..., **kwargs)``."""
+``GymnasiumEnv("<id>", num_envs, device=..., seed=..., max_episode_steps=..., **kwargs)``, ``"vmas:<scenario>"``
+builds :class:`~rl_gpu.envs.vmas_env.VmasEnv` the same way."""
+FAMILIES = "gym:<any Gymnasium id>, vmas:<any VMAS scenario>"
+"""How the prefixed families are named in messages."""
 
 
 def _prefixed(env_id: object) -> tuple[str, str] | None:
@@ -283,10 +286,9 @@ def env_class(env_id: str) -> type:
     except (KeyError, TypeError):
         close = difflib.get_close_matches(str(env_id), _registry, n=3)
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
-        families = ", ".join(f"{prefix}<any Gymnasium id>" for prefix in PREFIXES)
         raise UsageError(
             f"unknown environment id {env_id!r}.{hint} "
-            f"Registered ids: {', '.join(registered_ids())}, {families}, or 'package.module:ClassName'"
+            f"Registered ids: {', '.join(registered_ids())}, {FAMILIES}, or 'package.module:ClassName'"
         ) from None
     if isinstance(cls, type):
         return cls

@@ -9,7 +9,7 @@ from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.core.device import resolve_device
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.params import EnvContractError
-from rl_gpu.envs.registry import is_known, make, registered_ids
+from rl_gpu.envs.registry import FAMILIES, is_known, make, registered_ids
 from rl_gpu.envs.testing.preflight import check_run_env
 from rl_gpu.runtime.allocator import keep_freed_host_memory
 from rl_gpu.training.config import TrainConfig, check_machine_limits
@@ -17,10 +17,10 @@ from rl_gpu.training.resources import check_memory
 
 
 def check_env_id(env_id: str) -> None:
-    """Refuse an environment id that is neither registered, nor ``gym:``, nor ``module:Class``."""
+    """Refuse an environment id that is neither registered, nor of a prefixed family, nor ``module:Class``."""
     if not is_known(env_id):
-        raise UsageError(f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}, "
-                         "gym:<any Gymnasium id>, or package.module:ClassName")
+        raise UsageError(f"unknown environment {env_id!r}; known: {', '.join(registered_ids())}, {FAMILIES}, "
+                         "or package.module:ClassName")
 
 
 def prepare(config: TrainConfig) -> torch.device:

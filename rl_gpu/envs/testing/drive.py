@@ -36,24 +36,26 @@ def sample_actions(env: TensorEnv, action_mask: Tensor, generator: torch.Generat
 
     Returns:
         ``[N]`` int64 actions, or ``[N, D]`` float32 actions uniform in ``[action_low, action_high]``
-        (standard normal in a dimension with an infinite bound), on ``env.device``.
+        (standard normal in a dimension with an infinite bound), on ``env.device``; with M > 1 agents acting at
+        once, ``[N, M]`` or ``[N, M, D]`` (``action_mask`` ``[N, M, A]``).
     """
-    n, spec = env.num_envs, env.spec  # from the spec: any VecEnv, not only a TensorEnv
+    spec = env.spec  # from the spec: any VecEnv, not only a TensorEnv
+    rows = (env.num_envs, spec.num_agents) if spec.num_agents > 1 else (env.num_envs,)
     if spec.is_continuous:
         shape, size = tuple(spec.action_shape), math.prod(spec.action_shape)
         low = torch.tensor(spec.action_low or (-math.inf,) * size, dtype=torch.float64).reshape(shape)
         high = torch.tensor(spec.action_high or (math.inf,) * size, dtype=torch.float64).reshape(shape)
-        uniform = torch.rand((n, *shape), generator=generator, dtype=torch.float64)
-        normal = torch.randn((n, *shape), generator=generator, dtype=torch.float64)
+        uniform = torch.rand((*rows, *shape), generator=generator, dtype=torch.float64)
+        normal = torch.randn((*rows, *shape), generator=generator, dtype=torch.float64)
         bounded = torch.isfinite(low) & torch.isfinite(high)
         span = torch.where(bounded, high - low, torch.zeros_like(low))
         base = torch.where(bounded, low, torch.zeros_like(low))
         action = torch.where(bounded, base + uniform * span, normal)
         return action.to(device=env.device, dtype=torch.float32)
-    mask = action_mask.detach().to(device="cpu", dtype=torch.bool)
+    mask = action_mask.detach().to(device="cpu", dtype=torch.bool).reshape(-1, spec.num_actions)
     probs = mask.float()
     probs[~mask.any(1)] = 1.0
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1).to(env.device)
+    return torch.multinomial(probs, 1, generator=generator).reshape(rows).to(env.device)
 
 
 def inner_row(inner: tuple, index: int) -> tuple:

@@ -78,8 +78,7 @@ def check_run_env(env: VecEnv, num_steps: int = 16, seed: int = 0) -> None:
         step = env.reset()
         _check_step(env, step, 0)
         for t in range(1, num_steps + 1):
-            action = sample_actions(env, step.action_mask, generator) if env.spec.num_agents == 1 \
-                else _agent_actions(env, step.action_mask, generator)
+            action = sample_actions(env, step.action_mask, generator)
             step = env.step(action)
             _check_step(env, step, t)
         saved = env.state_dict()
@@ -109,10 +108,3 @@ def _check_step(env: VecEnv, step, t: int) -> None:
             row = int((~legal).nonzero()[0, 0])
             raise EnvContractError(f"{type(env).__name__}: every action is masked in env row {row} at step {t} "
                                    "(a row needs at least one legal action)")
-
-
-def _agent_actions(env: VecEnv, mask: Tensor, generator: torch.Generator) -> Tensor:
-    probs = mask.float().reshape(-1, env.spec.num_actions).cpu()
-    probs[probs.sum(-1) == 0] = 1.0
-    picks = torch.multinomial(probs, 1, generator=generator)
-    return picks.reshape(mask.shape[:-1]).to(env.device)
