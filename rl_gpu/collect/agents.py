@@ -24,7 +24,7 @@ from rl_gpu.nn.actor_critic import UniformRandomPolicy
 
 def _rows(x: Tensor) -> Tensor:
     """``[N, M, ...]`` -> ``[N * M, ...]``."""
-    return x.reshape(-1, *x.shape[2:])
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
 def _critic(critic_obs: Tensor | None, m: int) -> dict[str, Tensor]:
@@ -61,6 +61,9 @@ def collect_agents(
         deterministic: the learner takes its most probable action.
     """
     n, m, device = env.num_envs, env.spec.num_agents, env.device
+    # The learner plays every agent unless told otherwise: no opponent then acts (a continuous-action world
+    # has no uniform random opponent by default).
+    everyone = controlled is None
     if controlled is None:
         controlled = torch.ones(n, m, dtype=torch.bool, device=device)
     if tuple(controlled.shape) != (n, m) or controlled.dtype != torch.bool:
@@ -75,10 +78,11 @@ def collect_agents(
         acting = step.acting if step.acting is not None else torch.ones(n, m, dtype=torch.bool, device=device)
         out = policy.act(_rows(step.obs), _rows(step.action_mask), policy_rng, deterministic,
                          **_critic(step.critic_obs, m))
-        other = opponent.act(_rows(step.obs), _rows(step.action_mask), opponent_rng)
-        mine = controlled.view(n, m, *([1] * (out.action.dim() - 1)))
-        action = torch.where(mine, out.action.view(n, m, *out.action.shape[1:]),
-                             other.action.view(n, m, *other.action.shape[1:]))
+        action = out.action.view(n, m, *out.action.shape[1:])
+        if not everyone:
+            other = opponent.act(_rows(step.obs), _rows(step.action_mask), opponent_rng)
+            mine = controlled.view(n, m, *([1] * (out.action.dim() - 1)))
+            action = torch.where(mine, action, other.action.view(n, m, *other.action.shape[1:]))
         record["obs"].append(step.obs)
         if step.critic_obs is not None:
             record["critic_obs"].append(step.critic_obs)

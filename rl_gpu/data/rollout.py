@@ -6,6 +6,7 @@ D = continuous action dimensions.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +113,34 @@ class Rollout:
             return self.episode_return
         weight = self.controlled.float()
         return (self.episode_return * weight).sum(-1) / weight.sum(-1).clamp(min=1)
+
+    def agents_as_rows(self, critic: bool = True) -> "Rollout":
+        """A rollout of M > 1 agents (``[T, N, M]``) as one of ``N * M`` rows (``[T, N * M]``), row ``n * M + m``
+        being agent m of world n: what a learner that shares one network across agents trains on (the
+        reward normaliser then keeps a running return per agent). Per-world fields (``terminated``,
+        ``truncated``, ``live``, ``episode_length``) are repeated for each agent; the world's ``critic`` group
+        is handed to each of its agents (``critic=False`` drops it: independent critics). A rollout of one agent
+        per row is returned as it is."""
+        if self.acting is None:
+            return self if critic or self.critic_obs is None else dataclasses.replace(self, critic_obs=None)
+        t, n, m = self.acting.shape
+
+        def rows(x: Tensor) -> Tensor:
+            return x.reshape(t, n * m, *x.shape[3:])
+
+        def per_world(x: Tensor) -> Tensor:
+            return x[:, :, None].expand(t, n, m, *x.shape[2:]).reshape(t, n * m, *x.shape[2:])
+
+        return Rollout(
+            obs=rows(self.obs), action_mask=rows(self.action_mask), action=rows(self.action),
+            log_prob=rows(self.log_prob), value=rows(self.value), reward=rows(self.reward),
+            terminated=per_world(self.terminated), truncated=per_world(self.truncated),
+            final_value=rows(self.final_value), bootstrap_value=self.bootstrap_value.reshape(n * m),
+            weight=rows(self.weight), live=per_world(self.live),
+            learner_seat=torch.zeros(n * m, dtype=torch.long, device=self.reward.device),
+            episode_return=rows(self.episode_return), episode_length=per_world(self.episode_length),
+            critic_obs=per_world(self.critic_obs) if critic and self.critic_obs is not None else None,
+        )
 
     def episode_stats(self) -> dict[str, Tensor]:
         """0-dim tensors over the episodes that ended in this rollout: count, mean return (with M agents: of the

@@ -83,7 +83,7 @@ class PPO(LearningRateSchedule):
         self.reward_normalizer: RewardNormalizer | None = None
         self._normalize_reward = None
         if config.norm_reward and env is not None:
-            self._reward_normalizer_for(env.num_envs)
+            self._reward_normalizer_for(self.rows_of(env))
         # Keyed by the environment object itself (not id()): a cached engine, graph or storage can never be
         # reused for another environment that happens to get the same address.
         self._engines: dict[tuple, RolloutEngine] = {}
@@ -126,6 +126,12 @@ class PPO(LearningRateSchedule):
         rollouts."""
         return env.spec.num_players > 1
 
+    @staticmethod
+    def rows_of(env: VecEnv) -> int:
+        """Rows of the rollouts the update learns from, per step: the N environments (a multi-agent learner
+        learns from ``N * M`` agent rows)."""
+        return env.num_envs
+
     @classmethod
     def default_num_steps(cls, env: VecEnv) -> int:
         horizon = env.spec.episode_horizon
@@ -140,9 +146,11 @@ class PPO(LearningRateSchedule):
             if num_steps < horizon:
                 raise ValueError(f"--num-steps {num_steps} is shorter than the longest game ({horizon} steps): "
                                  "games would be cut")
-        batch = num_steps * env.num_envs
+        rows = self.rows_of(env)
+        batch = num_steps * rows
         if batch % self.config.num_minibatches:
-            raise ValueError(f"num_envs * num_steps = {env.num_envs} * {num_steps} = {batch} is not divisible "
+            what = "num_envs" if rows == env.num_envs else f"num_envs * agents ({env.num_envs} * {rows // env.num_envs})"
+            raise ValueError(f"{what} * num_steps = {rows} * {num_steps} = {batch} is not divisible "
                              f"by --num-minibatches {self.config.num_minibatches}")
 
     @property

@@ -1,0 +1,77 @@
+"""MAPPO (a centralised critic) and IPPO (each agent's critic on its own observation) as algorithms.
+
+Both are PPO (:class:`~rl_gpu.algos.ppo.algorithm.PPO`) whose rollouts carry an agent axis: the collector
+(:func:`rl_gpu.collect.agents.collect_agents`) records ``[T, N, M]`` decisions of one shared actor, and the
+update learns from the rollout's ``N * M`` agent rows (:meth:`~rl_gpu.data.rollout.Rollout.agents_as_rows`):
+advantages per agent (GAE over each agent's own rewards, the world's episode ends), minibatches shuffled over
+every agent's decisions. MAPPO's critic reads ``concat(agent's observation, the world's critic group)`` (VMAS:
+every agent's observation), so it can value what the agent alone cannot see; IPPO's reads the agent's
+observation only. The actor is the same in both, and is what evaluation and export use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rl_gpu.algos.base import Setup
+from rl_gpu.algos.mappo.config import MAPPOConfig
+from rl_gpu.algos.ppo.algorithm import PPO
+from rl_gpu.algos.ppo.update import UpdateMetrics
+from rl_gpu.collect.reference import collect
+from rl_gpu.core.seeding import derive_seed
+from rl_gpu.core.types import EnvSpec, VecEnv
+from rl_gpu.data.rollout import Rollout
+from rl_gpu.nn.actor_critic import policy_for_env
+
+
+class MAPPO(PPO):
+    """Multi-agent PPO with a centralised critic and parameters shared across agents."""
+
+    centralised = True
+    name = "mappo"
+
+    @classmethod
+    def critic_spec(cls, spec: EnvSpec) -> EnvSpec:
+        """The spec the actor-critic is sized from: the environment's (MAPPO), or without its ``critic`` group
+        (IPPO)."""
+        if cls.centralised:
+            return spec
+        return dataclasses.replace(spec, obs_groups={"policy": tuple(spec.obs_shape)},
+                                   obs_dtypes={k: v for k, v in spec.obs_dtypes.items() if k == "policy"})
+
+    @classmethod
+    def from_setup(cls, setup: Setup, config: MAPPOConfig) -> MAPPO:
+        env = setup.env
+        spec = env.spec
+        if spec.num_agents < 2:
+            raise ValueError(f"--algo {cls.name} trains worlds of several agents acting at once; "
+                             f"{type(env).__name__} has one agent per row: use --algo ppo")
+        if cls.centralised and "critic" not in spec.obs_groups:
+            raise ValueError(f"--algo mappo's critic reads the world's critic observation group, and "
+                             f"{type(env).__name__} has none: use --algo ippo")
+        policy = policy_for_env(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
+                                setup.init_log_std).to(env.device)
+        return cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
+                   env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
+                   opponent_seed=derive_seed(setup.seed, "opponent"))
+
+    @staticmethod
+    def rows_of(env: VecEnv) -> int:
+        return env.num_envs * env.spec.num_agents
+
+    def collect(self, env: VecEnv | None = None, num_steps: int | None = None, *, episodic: bool | None = None,
+                opponent_rng=None) -> Rollout:
+        """One ``[T, N, M]`` rollout (:func:`rl_gpu.collect.agents.collect_agents`), fresh tensors each call."""
+        env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
+        return collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic, opponent_rng=opponent_rng)
+
+    def update(self, rollout: Rollout) -> UpdateMetrics:
+        """One PPO update on the rollout's agent rows (``[T, N * M]``)."""
+        return super().update(rollout.agents_as_rows(critic=self.centralised))
+
+
+class IPPO(MAPPO):
+    """Independent PPO: each agent's critic reads its own observation; parameters shared across agents."""
+
+    centralised = False
+    name = "ippo"

@@ -1,0 +1,15 @@
+"""MAPPO's and IPPO's hyper-parameters: PPO's, applied to every (world, agent) row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rl_gpu.algos.ppo.config import PPOConfig
+
+
+@dataclass(frozen=True)
+class MAPPOConfig(PPOConfig):
+    """MAPPO / IPPO hyper-parameters (PPO's names). Minibatches are slots of the flattened ``[T * N * M]``
+    rollout (every agent's decisions); with norm_reward each agent of each world keeps its own running return,
+    and one running scale serves every agent (rewards summed over hundreds of agents would otherwise grow with
+    their number)."""

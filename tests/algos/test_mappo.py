@@ -1,0 +1,119 @@
+"""MAPPO and IPPO: PPO on the agent rows of worlds of several agents. The rows view keeps each agent's decisions
+with its world's episode ends; the update on a two-agent rollout is PPO's on the same rows built by hand; and
+on a world whose shared reward depends on what each agent alone cannot see, only the centralised critic
+explains the returns."""
+
+import copy
+import dataclasses
+from typing import NamedTuple
+
+import pytest
+import torch
+
+from rl_gpu.algos.base import Setup
+from rl_gpu.algos.mappo.algorithm import IPPO, MAPPO
+from rl_gpu.algos.mappo.config import MAPPOConfig
+from rl_gpu.algos.ppo.algorithm import PPO
+from rl_gpu.collect.reference import collect
+from rl_gpu.data.rollout import Rollout
+from rl_gpu.envs.base import TensorEnv
+from rl_gpu.envs.cartpole import CartPoleEnv
+
+
+class Bits(NamedTuple):
+    bits: torch.Tensor
+    """[N, 2] float: each agent's private coin."""
+
+
+class HiddenXorEnv(TensorEnv[Bits]):
+    """Each of two agents sees only its own coin; both are paid 1 when the coins differ. One-step episodes:
+    the value of a state is its reward, which an agent's own coin says nothing about (XOR) while both coins
+    say everything. The critic group is both coins."""
+
+    num_agents = 2
+    obs_shape = (1,)
+    num_actions = 2
+    critic_obs_shape = (2,)
+    max_episode_steps = 1
+
+    def _sample_initial_state(self, n, g):
+        return Bits(torch.randint(0, 2, (n, 2), generator=g, device=self.device).float())
+
+    def _transition(self, s, action):
+        reward = (s.bits[:, 0] != s.bits[:, 1]).float()
+        return s, reward[:, None].expand(-1, 2).clone(), torch.ones_like(reward, dtype=torch.bool)
+
+    def _observe(self, s):
+        return s.bits[:, :, None].clone()
+
+    def _observe_critic(self, s):
+        return s.bits.clone()
+
+
+def _setup(env, seed=0, **kw):
+    return Setup(env=env, seed=seed, learning_rate=3e-3, num_steps=8, hidden_sizes=(32, 32), **kw)
+
+
+def test_the_rows_view_keeps_agents_and_their_worlds():
+    env = HiddenXorEnv(5, seed=0)
+    algo = MAPPO.from_setup(_setup(env), MAPPOConfig())
+    rollout = collect(algo.policy, env, 4, torch.Generator().manual_seed(0))
+    rows = rollout.agents_as_rows()
+    t, n, m = 4, 5, 2
+    assert rows.obs.shape == (t, n * m, 1) and rows.reward.shape == (t, n * m)
+    assert torch.equal(rows.obs.view(t, n, m, 1), rollout.obs)
+    assert torch.equal(rows.terminated.view(t, n, m), rollout.terminated[:, :, None].expand(t, n, m))
+    assert torch.equal(rows.critic_obs.view(t, n, m, 2), rollout.critic_obs[:, :, None].expand(t, n, m, 2))
+    assert torch.equal(rows.bootstrap_value.view(n, m), rollout.bootstrap_value)
+    assert rollout.agents_as_rows(critic=False).critic_obs is None
+
+
+def test_the_update_is_ppos_on_the_agent_rows():
+    env = HiddenXorEnv(8, seed=1)
+    config = MAPPOConfig(num_minibatches=2, update_epochs=2)
+    algo = MAPPO.from_setup(_setup(env), config)
+    twin = PPO(copy.deepcopy(algo.policy), config, 3e-3, seed=5)
+    twin.shuffle_rng.set_state(algo.shuffle_rng.get_state())
+    rollout = algo.collect()
+    assert rollout.acting is not None
+    by_hand = rollout.agents_as_rows()
+    ours, theirs = algo.update(rollout), twin.update(by_hand)
+    assert torch.equal(ours.loss, theirs.loss)
+    for a, b in zip(algo.policy.parameters(), twin.policy.parameters()):
+        assert torch.equal(a, b)
+
+
+def _explained_variance(cls, updates=40):
+    torch.manual_seed(0)
+    env = HiddenXorEnv(64, seed=3)
+    algo = cls.from_setup(_setup(env, seed=4), MAPPOConfig(num_minibatches=4, update_epochs=4, ent_coef=0.0))
+    values = [float(algo.iterate()["explained_variance"]) for _ in range(updates)]
+    return sum(values[-5:]) / 5
+
+
+def test_only_a_centralised_critic_explains_a_reward_no_agent_sees():
+    centralised, independent = _explained_variance(MAPPO), _explained_variance(IPPO)
+    assert centralised > 0.9, centralised
+    assert abs(independent) < 0.1, independent
+
+
+def test_what_mappo_and_ippo_refuse():
+    with pytest.raises(ValueError, match="use --algo ppo"):
+        MAPPO.from_setup(_setup(CartPoleEnv(4, seed=0)), MAPPOConfig())
+    env = HiddenXorEnv(4, seed=0)
+    no_critic = dataclasses.replace(env.spec, obs_groups={"policy": (1,)})
+    env2 = HiddenXorEnv(4, seed=0)
+    env2.critic_obs_shape = None
+    assert "critic" not in env2.spec.obs_groups and no_critic.num_agents == 2
+    with pytest.raises(ValueError, match="use --algo ippo"):
+        MAPPO.from_setup(_setup(env2), MAPPOConfig())
+    IPPO.from_setup(_setup(env2), MAPPOConfig())  # IPPO needs no critic group
+    with pytest.raises(ValueError, match=r"num_envs \* agents"):
+        MAPPO.from_setup(_setup(HiddenXorEnv(3, seed=0)), MAPPOConfig(num_minibatches=5))
+
+
+def test_rollout_rows_of_one_agent_are_the_rollout():
+    env = CartPoleEnv(3, seed=0)
+    algo = PPO.from_setup(_setup(env), MAPPOConfig())
+    rollout = algo.collect().clone()
+    assert isinstance(rollout, Rollout) and rollout.agents_as_rows() is rollout
