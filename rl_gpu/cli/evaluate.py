@@ -231,12 +231,14 @@ def _evaluate(config: EvaluateConfig) -> int:
         generator = torch.Generator(device=device).manual_seed(derive_seed(seed, "video-policy"))
         try:
             video = record_episode(policy, video_env, config.video, max_steps=config.video_steps,
-                                   deterministic=not config.sample, generator=generator, renderer=renderer,
+                                   deterministic=not config.sample, generator=generator,
+                                   renderer=renderer,
                                    inputs=inputs, overwrite=config.overwrite_video)
         except (UsageError, RenderError) as e:
             fail(PROG, str(e))
         finally:
-            renderer.close()
+            if renderer is not None:
+                renderer.close()
             video_env.close()
         print(f"video:   {video.describe()}")
         report["video"] = video.to_dict()
@@ -270,15 +272,23 @@ def exploitability_report(env, policy, deterministic: bool) -> dict:
 
 
 def video_setup(probe, env_id: str, make_video_env):
-    """``(environment, renderer)`` for ``--video``, made before anything is evaluated so that a task that is
-    not MuJoCo, or a machine that cannot render, is refused at once (:class:`UsageError`)."""
+    """``(environment, renderer)`` for ``--video``, made before anything is evaluated so that a task that cannot
+    be filmed, or a machine that cannot render, is refused at once (:class:`UsageError`); the renderer is None
+    for an environment that draws itself (VMAS)."""
     from rl_gpu.core.errors import UsageError
-    from rl_gpu.interop.video import require_mujoco_env
+    from rl_gpu.interop.video import draws_itself, require_mujoco_env
 
     require_mujoco_env(probe, env_id)
+    env = make_video_env()
+    if draws_itself(env):
+        try:
+            env.render_frame(0)  # a machine that cannot draw says so now, before the evaluation
+        except Exception as e:  # the renderer's own errors (no OpenGL, no display) vary by machine
+            env.close()
+            raise UsageError(f"--video: {env_id} cannot draw on this machine: {' '.join(str(e).split())}") from None
+        return env, None
     from rl_gpu.envs.mujoco.render import FrameRenderer, RenderError
 
-    env = make_video_env()
     try:
         return env, FrameRenderer(env)
     except RenderError as e:

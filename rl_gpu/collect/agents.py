@@ -34,6 +34,17 @@ def _critic(critic_obs: Tensor | None, m: int) -> dict[str, Tensor]:
     return {"critic_obs": _rows(critic_obs.unsqueeze(1).expand(-1, m, *critic_obs.shape[1:]))}
 
 
+def joint_action(policy: Actor, step, generator: torch.Generator | None = None,
+                 deterministic: bool = False) -> Tensor:
+    """The policy's action for every row of ``step`` (a :class:`~rl_gpu.core.types.StepResult`); with M > 1
+    agents, for every agent of every world (``[N, M, ...]``), one policy shared by the agents."""
+    if step.acting is None:
+        return policy.act(step.obs, step.action_mask, generator, deterministic).action
+    n, m = step.obs.shape[:2]
+    out = policy.act(_rows(step.obs), _rows(step.action_mask), generator, deterministic)
+    return out.action.view(n, m, *out.action.shape[1:])
+
+
 @torch.no_grad()
 def collect_agents(
     policy: Actor,

@@ -112,6 +112,12 @@ class VmasEnv:
         self._acting = torch.ones(n, m, dtype=torch.bool, device=self.device)
         self._player = torch.zeros(n, dtype=torch.long, device=self.device)
         self._last: StepResult | None = None
+        self.film_row: int | None = None
+        """A world to draw after every step, before an auto-reset replaces it (``rl-gpu evaluate --video``)."""
+        self.last_frame: np.ndarray | None = None
+        """``[H, W, 3]`` uint8: world ``film_row`` as the last step left it."""
+        self.frame_rate = 1.0 / float(self.vmas.world.dt)
+        """Steps per second of simulated time (a video's frames per second)."""
         self.reset()
 
     # -- random streams ---------------------------------------------------------------------------------------
@@ -280,6 +286,8 @@ class VmasEnv:
             terminated = terminated.to(torch.bool)
             truncated = truncated.to(torch.bool) & ~terminated
             done = terminated | truncated
+            if self.film_row is not None:
+                self.last_frame = self._draw(self.film_row)
             fresh = self._reset_worlds(done)
         reward = torch.stack(list(rewards), dim=1).float()
         self._return += reward
@@ -299,10 +307,13 @@ class VmasEnv:
         """Restart every world (the saved state cannot be restored; see :meth:`state_dict`)."""
         self.reset()
 
-    def render_frames(self, index: int = 0) -> np.ndarray:
-        """One ``[H, W, 3]`` uint8 frame of world ``index`` (VMAS's headless renderer; needs pyglet and OpenGL)."""
+    def _draw(self, index: int) -> np.ndarray:
+        return np.ascontiguousarray(self.vmas.render(mode="rgb_array", env_index=index, visualize_when_rgb=False))
+
+    def render_frame(self, index: int = 0) -> np.ndarray:
+        """One ``[H, W, 3]`` uint8 frame of world ``index`` as it is (VMAS's renderer: pyglet and OpenGL)."""
         with self._own_streams():
-            return self.vmas.render(mode="rgb_array", env_index=index, visualize_when_rgb=False)
+            return self._draw(index)
 
     def close(self) -> None:
         if getattr(self.vmas, "viewer", None) is not None:

@@ -81,14 +81,21 @@ def check_video_path(path: str | Path, inputs: Sequence[str | Path] = (), overwr
     return path
 
 
+def draws_itself(env) -> bool:
+    """Whether ``env`` renders its own frames (VMAS scenarios): ``render_frame(row)`` draws a world as it is,
+    ``film_row`` makes ``step`` keep ``last_frame``, that row drawn before an auto-reset, and ``frame_rate`` is
+    its steps per second."""
+    return callable(getattr(env, "render_frame", None)) and hasattr(env, "film_row")
+
+
 def require_mujoco_env(env, env_id: str | None = None) -> None:
-    """Raise :class:`UsageError` unless ``env`` is a MuJoCo task (what a video can be filmed of)."""
+    """Raise :class:`UsageError` unless ``env`` can be filmed: a MuJoCo task, or one that draws itself."""
     from rl_gpu.envs.mujoco.base import MujocoEnv
 
-    if not isinstance(env, MujocoEnv):
+    if not isinstance(env, MujocoEnv) and not draws_itself(env):
         name = env_id or type(env).__name__
-        raise UsageError(f"videos are recorded from MuJoCo environments (such as HalfCheetah-v5); {name} is not "
-                         "one")
+        raise UsageError(f"videos are recorded from MuJoCo environments (such as HalfCheetah-v5) and VMAS scenarios "
+                         f"(vmas:<scenario>); {name} is neither")
 
 
 class Mp4Writer:
@@ -150,8 +157,6 @@ def record_episode(policy, env, path: str | Path, *, max_steps: int | None = Non
         width, height: frame size in pixels; ``renderer``: a :class:`~rl_gpu.envs.mujoco.render.FrameRenderer`
             of ``env`` to draw with (made here, and closed, when None).
     """
-    from rl_gpu.envs.mujoco.render import FrameRenderer
-
     require_mujoco_env(env)
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise ValueError(f"max_steps must be a positive int or None, got {max_steps!r}")
@@ -161,6 +166,10 @@ def record_episode(policy, env, path: str | Path, *, max_steps: int | None = Non
     limit = max_steps if max_steps is not None else env.spec.episode_horizon
     if limit is None:
         raise ValueError(f"{type(env).__name__} has no time limit: give max_steps")
+    if draws_itself(env):
+        return _record_drawn(policy, env, path, limit, deterministic, generator, row, inputs, overwrite)
+    from rl_gpu.envs.mujoco.render import FrameRenderer
+
     own = renderer is None
     if own:
         renderer = FrameRenderer(env, width, height)
@@ -188,3 +197,38 @@ def record_episode(policy, env, path: str | Path, *, max_steps: int | None = Non
             renderer.close()
     return VideoResult(path=path, frames=frames, steps=steps, episode_return=total, ended=ended, fps=fps,
                        width=renderer.width, height=renderer.height)
+
+
+def _padded(frame: np.ndarray) -> np.ndarray:
+    """``frame`` padded with its edge colour to a multiple of 16 pixels each way (H.264's macro blocks), so the
+    encoder does not rescale it."""
+    h, w = frame.shape[:2]
+    return np.pad(frame, ((0, -h % 16), (0, -w % 16), (0, 0)), mode="edge")
+
+
+def _record_drawn(policy, env, path: Path, limit: int, deterministic: bool, generator, row: int,
+                  inputs: Sequence[str | Path], overwrite: bool) -> VideoResult:
+    """:func:`record_episode` for an environment that draws itself (:func:`draws_itself`); with M > 1 agents the
+    policy acts for every agent and the return is the agents' mean."""
+    from rl_gpu.collect.agents import joint_action
+
+    fps = float(env.frame_rate)
+    with Mp4Writer(fps) as writer:
+        step = env.reset()
+        first = _padded(env.render_frame(row))
+        writer.append(first)
+        env.film_row = row
+        total, steps, ended = 0.0, 0, False
+        try:
+            while steps < limit and not ended:
+                step = env.step(joint_action(policy, step, generator, deterministic))
+                steps += 1
+                total += float(step.reward[row].float().mean())
+                ended = bool(step.terminated[row] | step.truncated[row])
+                writer.append(_padded(env.last_frame))
+        finally:
+            env.film_row = None
+        writer.finish(path, inputs, overwrite)
+        frames = writer.frames
+    return VideoResult(path=path, frames=frames, steps=steps, episode_return=total, ended=ended, fps=fps,
+                       width=int(first.shape[1]), height=int(first.shape[0]))

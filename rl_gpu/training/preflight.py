@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_gpu.algos.registry import algorithm_spec
+from rl_gpu.algos.registry import algorithm_names, algorithm_spec
 from rl_gpu.core.device import resolve_device
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.params import EnvContractError
@@ -39,8 +39,9 @@ def check_agents(env, config: TrainConfig) -> None:
     agents = env.spec.num_agents
     if agents > 1 and not algorithm_spec(config.algo).agents:
         env.close()
+        able = " or ".join(f"--algo {n}" for n in algorithm_names() if algorithm_spec(n).agents) or "none yet"
         raise UsageError(f"{config.env} has {agents} agents acting at once, and --algo {config.algo} trains one "
-                         "agent per row; its rollouts (rl_gpu.collect.agents) await a multi-agent algorithm")
+                         f"agent per row: train it with {able}")
 
 
 def check_env_and_memory(config: TrainConfig, device: torch.device) -> None:

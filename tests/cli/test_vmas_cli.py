@@ -1,0 +1,62 @@
+"""``rl-gpu train --env vmas:<scenario> --algo mappo|ippo`` as a user runs it: a short run end to end (train,
+evaluate with a video, export one shared actor, load, resume), and what cannot work refused in one line."""
+
+import json
+
+import pytest
+import torch
+
+pytest.importorskip("vmas")
+
+from rl_gpu.cli.evaluate import main as evaluate_main  # noqa: E402
+from rl_gpu.cli.export import main as export_main  # noqa: E402
+from rl_gpu.cli.train import main  # noqa: E402
+from rl_gpu.interop.policy_io import load_policy  # noqa: E402
+
+from cli_call import call_main  # noqa: E402
+
+TINY = ["--env", "vmas:navigation", "--device", "cpu", "--num-envs", "4", "--num-steps", "10", "--max-updates", "2",
+        "--min-updates", "1", "--eval-every", "2", "--eval-episodes", "4", "--final-eval-episodes", "4",
+        "--hidden-sizes", "16", "--num-minibatches", "2", "--update-epochs", "1", "--seeds", "3"]
+
+
+def test_a_short_mappo_run_trains_evaluates_films_exports_and_resumes(tmp_path):
+    out = tmp_path / "nav"
+    code, text, err = call_main(main, "--algo", "mappo", *TINY, "--output", out)
+    assert code == 0, err
+    run_dir = out / "seed-3"
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["algo"] == "mappo" and "mappo" in saved and "ppo" not in saved
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["global_step"] for r in lines if "loss" in r] == [40, 80]  # N worlds x T steps per update
+    video = tmp_path / "nav.mp4"
+    code, text, err = call_main(evaluate_main, run_dir / "best.pt", "--episodes", "4", "--video", video,
+                                "--video-steps", "3")
+    assert code == 0, err
+    assert "video:" in text and "4 frames (3 steps" in text and video.stat().st_size > 0
+    onnx = tmp_path / "actor.onnx"
+    code, text, err = call_main(export_main, run_dir / "best.pt", "--output", onnx)
+    assert code == 0, err
+    assert "obs [N, 18]" in text  # one actor for every agent: one agent's observation in, its action out
+    policy, _ = load_policy(run_dir / "best.pt")
+    assert policy.act(torch.zeros(5, 18), deterministic=True).action.shape == (5, 2)
+    code, _, err = call_main(main, "--resume", run_dir, "--max-updates", "3")
+    assert code == 0, err
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in lines if "loss" in r] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--algo", "ppo", "--env", "vmas:navigation"], ["4 agents acting at once", "--algo mappo", "ippo"]),
+    (["--algo", "mappo", "--env", "CartPole-v1"], ["one agent per row", "--algo ppo"]),
+    (["--algo", "mappo", "--env", "vmas:no_such_scenario"], ["no such VMAS scenario", "navigation"]),
+    (["--algo", "mappo", "--env", "vmas:navigation", "--compile", "cudagraphs"], ["--compile cudagraphs"]),
+])
+def test_what_cannot_work_is_one_line_exit_2(tmp_path, args, needles):
+    out = tmp_path / "never"
+    code, _, err = call_main(main, *args, "--output", out, "--device", "cpu", "--max-updates", "1",
+                            "--min-updates", "1")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    assert not out.exists()
