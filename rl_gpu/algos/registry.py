@@ -178,14 +178,6 @@ register_algorithm(AlgorithmSpec(
     summary="proximal policy optimisation (on-policy; discrete or continuous actions)",
     self_play=True, population=True, policies=True, flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
-    name="mappo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:MAPPO",
-    summary="multi-agent PPO with a centralised critic (worlds of several agents acting at once)",
-    agents=True, torchrun=False, compile_modes=("off", "inductor"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
-register_algorithm(AlgorithmSpec(
-    name="ippo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:IPPO",
-    summary="independent PPO, each agent's critic on its own observation (worlds of several agents)",
-    agents=True, torchrun=False, compile_modes=("off", "inductor"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
-register_algorithm(AlgorithmSpec(
     name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
     summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1,
     check="rl_gpu.algos.offpolicy.config:check_run", flag_needs=(("target_entropy", "autotune"),)))
@@ -198,3 +190,11 @@ register_algorithm(AlgorithmSpec(
     summary="full-width neural replicator dynamics (two-player zero-sum games small enough to enumerate)",
     default_num_steps=1, self_play_only=True, torchrun=False, step_budget=False, compile_modes=("off",),
     ignores=("num_envs",)))
+register_algorithm(AlgorithmSpec(
+    name="mappo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:MAPPO",
+    summary="multi-agent PPO with a centralised critic (worlds of several agents acting at once)",
+    agents=True, torchrun=False, compile_modes=("off", "inductor"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
+register_algorithm(AlgorithmSpec(
+    name="ippo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:IPPO",
+    summary="independent PPO, each agent's critic on its own observation (worlds of several agents)",
+    agents=True, torchrun=False, compile_modes=("off", "inductor"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
