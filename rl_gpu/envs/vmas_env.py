@@ -26,6 +26,7 @@ state lives in VMAS's Python objects, so a resume restarts them (``spec.exact_re
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 import warnings
 from collections.abc import Iterator
@@ -51,6 +52,34 @@ def _require_vmas() -> Any:
     return vmas
 
 
+def parse_scenario(scenario: str) -> tuple[str, dict[str, Any]]:
+    """``"navigation?n_agents=3&shared_rew=false"`` -> ``("navigation", {"n_agents": 3, "shared_rew": False})``:
+    scenario parameters written in the id, so a checkpoint's id rebuilds the same task. Values are ``true`` /
+    ``false``, integers, decimals, or else strings."""
+    name, _, query = scenario.partition("?")
+    kwargs: dict[str, Any] = {}
+    for part in query.split("&") if query else ():
+        key, eq, text = part.partition("=")
+        if not eq or not key.isidentifier() or key in kwargs:
+            raise UsageError(f"vmas:{scenario}: parameters are written name=value, joined by '&', each once "
+                             f"(got {part!r})")
+        kwargs[key] = _value(text)
+    return name, kwargs
+
+
+def _value(text: str) -> Any:
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        if kind is int or math.isfinite(value):
+            return value
+    return text
+
+
 def _seeded_streams(seed: int) -> list:
     """Fresh (torch CPU, numpy, Python) random states in the form VMAS keeps them, all derived from ``seed``."""
     return [torch.Generator().manual_seed(seed).get_state(), np.random.RandomState(seed % 2**32).get_state(),
@@ -61,7 +90,8 @@ class VmasEnv:
     """N worlds of one VMAS scenario behind the :class:`~rl_gpu.core.types.VecEnv` protocol (M agents per world).
 
     Args:
-        scenario: a VMAS scenario name (``navigation``, ``balance``, ``sampling``, ``transport``, ...).
+        scenario: a VMAS scenario name (``navigation``, ``balance``, ``sampling``, ``transport``, ...), optionally
+            with parameters (``navigation?n_agents=3``, :func:`parse_scenario`).
         num_envs: N worlds.
         device: where VMAS simulates and the tensors live.
         seed: the adapter's random stream (None: drawn from the operating system).
@@ -77,6 +107,11 @@ class VmasEnv:
                  *, max_episode_steps: int | None = None, continuous_actions: bool = True,
                  validate_actions: bool = True, **scenario_kwargs: Any) -> None:
         vmas = _require_vmas()
+        scenario, in_id = parse_scenario(scenario)
+        both = sorted(set(in_id) & set(scenario_kwargs))
+        if both:
+            raise UsageError(f"vmas:{scenario}: {', '.join(both)} given both in the id and as arguments")
+        scenario_kwargs = {**in_id, **scenario_kwargs}
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         from vmas.simulator.environment import Environment

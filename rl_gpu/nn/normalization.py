@@ -6,6 +6,8 @@ compiled code and CUDA graphs.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor, nn
 
@@ -56,6 +58,33 @@ class RunningMeanStd(nn.Module):
         scale = torch.rsqrt(self.var + self.epsilon).to(x.dtype)
         normalized = ((x - self.mean.to(x.dtype)) * scale).clamp(-self.clip, self.clip)
         return torch.where(self.count > 0, normalized, x)
+
+
+class ValueNormalizer(nn.Module):
+    """Value targets in units of their running mean and standard deviation (MAPPO's value normalisation): the
+    critic learns ``(G - mean) / std``, and what it outputs is read as ``v * std + mean`` wherever a value in the
+    task's units is needed (advantages, bootstraps). Keeps the critic's targets near unit scale whatever the
+    rewards' scale, which drifts as the policy improves. Identity both ways before the first :meth:`update`."""
+
+    def __init__(self, epsilon: float = 1e-5) -> None:
+        super().__init__()
+        self.stats = RunningMeanStd(1, clip=math.inf, epsilon=epsilon)
+
+    def update(self, returns: Tensor, weight: Tensor | None = None) -> None:
+        """Merge the value targets ``returns`` (any shape; ``weight`` of the same shape, 0 = left out)."""
+        self.stats.update(returns.reshape(-1, 1), None if weight is None else weight.reshape(-1))
+
+    def _moments(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        stats = self.stats
+        return stats.mean[0].to(x.dtype), torch.sqrt(stats.var[0] + stats.epsilon).to(x.dtype)
+
+    def normalize(self, x: Tensor) -> Tensor:
+        mean, std = self._moments(x)
+        return torch.where(self.stats.count > 0, (x - mean) / std, x)
+
+    def denormalize(self, x: Tensor) -> Tensor:
+        mean, std = self._moments(x)
+        return torch.where(self.stats.count > 0, x * std + mean, x)
 
 
 class RewardNormalizer(nn.Module):

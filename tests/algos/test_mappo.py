@@ -70,7 +70,7 @@ def test_the_rows_view_keeps_agents_and_their_worlds():
 
 def test_the_update_is_ppos_on_the_agent_rows():
     env = HiddenXorEnv(8, seed=1)
-    config = MAPPOConfig(num_minibatches=2, update_epochs=2)
+    config = MAPPOConfig(num_minibatches=2, update_epochs=2, value_norm=False)
     algo = MAPPO.from_setup(_setup(env), config)
     twin = PPO(copy.deepcopy(algo.policy), config, 3e-3, seed=5)
     twin.shuffle_rng.set_state(algo.shuffle_rng.get_state())
@@ -95,6 +95,32 @@ def test_only_a_centralised_critic_explains_a_reward_no_agent_sees():
     centralised, independent = _explained_variance(MAPPO), _explained_variance(IPPO)
     assert centralised > 0.9, centralised
     assert abs(independent) < 0.1, independent
+
+
+class ScaledXorEnv(HiddenXorEnv):
+    """Rewards of 1000 where HiddenXorEnv pays 1."""
+
+    def _transition(self, s, action):
+        s, reward, done = super()._transition(s, action)
+        return s, reward * 1000, done
+
+
+@pytest.mark.parametrize("value_norm", [True, False])
+def test_value_normalisation_keeps_the_critic_at_unit_scale(value_norm):
+    torch.manual_seed(0)
+    algo = MAPPO.from_setup(_setup(ScaledXorEnv(32, seed=0)), MAPPOConfig(value_norm=value_norm, clip_vloss=False))
+    losses = [float(algo.iterate()["value_loss"]) for _ in range(6)]
+    if value_norm:
+        # Targets of mean 500 and std 500 are learnt as (G - 500) / 500: a loss of order 1 from the second update.
+        assert max(losses[1:]) < 5, losses
+        stats = algo.value_normalizer.stats
+        assert abs(float(stats.mean[0]) - 500) < 100 and abs(float(stats.var[0]) ** 0.5 - 500) < 100
+        saved = algo.state_dict()
+        again = MAPPO.from_setup(_setup(ScaledXorEnv(32, seed=0)), MAPPOConfig())
+        again.load_state_dict(saved)
+        assert torch.equal(again.value_normalizer.stats.mean, stats.mean)
+    else:
+        assert min(losses) > 1e4, losses
 
 
 def test_what_mappo_and_ippo_refuse():

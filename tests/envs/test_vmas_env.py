@@ -127,3 +127,17 @@ def test_what_the_adapter_refuses():
         env.step(torch.zeros(2, 2))
     with pytest.raises(ValueError, match="NaN"):
         env.step(torch.full((2, 2, 2), float("nan")))
+
+
+def test_scenario_parameters_in_the_id():
+    from rl_gpu.envs.vmas_env import parse_scenario
+
+    assert parse_scenario("navigation?n_agents=2&shared_rew=false&x=0.5&name=a") == (
+        "navigation", {"n_agents": 2, "shared_rew": False, "x": 0.5, "name": "a"})
+    env = make("vmas:navigation?n_agents=2&shared_rew=false", num_envs=3, seed=0)
+    assert env.num_agents == 2 and env.vmas.scenario.shared_rew is False
+    for bad in ("navigation?n_agents", "navigation?n_agents=1&n_agents=2", "navigation?=3"):
+        with pytest.raises(UsageError, match="name=value"):
+            parse_scenario(bad)
+    with pytest.raises(UsageError, match="both in the id"):
+        make("vmas:navigation?n_agents=2", num_envs=3, n_agents=3)

@@ -6,7 +6,8 @@ update learns from the rollout's ``N * M`` agent rows (:meth:`~rl_gpu.data.rollo
 advantages per agent (GAE over each agent's own rewards, the world's episode ends), minibatches shuffled over
 every agent's decisions. MAPPO's critic reads ``concat(agent's observation, the world's critic group)`` (VMAS:
 every agent's observation), so it can value what the agent alone cannot see; IPPO's reads the agent's
-observation only. The actor is the same in both, and is what evaluation and export use.
+observation only. The actor is the same in both, and is what evaluation and export use. With ``value_norm`` (the
+default) the critic learns normalised value targets (:class:`~rl_gpu.nn.normalization.ValueNormalizer`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import EnvSpec, VecEnv
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.nn.normalization import ValueNormalizer
 
 
 class MAPPO(PPO):
@@ -54,6 +56,24 @@ class MAPPO(PPO):
         return cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
                    opponent_seed=derive_seed(setup.seed, "opponent"))
+
+    def __init__(self, policy, config: MAPPOConfig, *args, **kwargs) -> None:
+        super().__init__(policy, config, *args, **kwargs)
+        self.value_normalizer: ValueNormalizer | None = None
+        if getattr(config, "value_norm", False):
+            self.value_normalizer = ValueNormalizer().to(self.device)
+            self.units.value_norm = self.value_normalizer
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        if self.value_normalizer is not None:
+            state["value_normalizer"] = self.value_normalizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if self.value_normalizer is not None:
+            self.value_normalizer.load_state_dict(state["value_normalizer"])
 
     @staticmethod
     def rows_of(env: VecEnv) -> int:

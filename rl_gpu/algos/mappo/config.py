@@ -13,3 +13,7 @@ class MAPPOConfig(PPOConfig):
     rollout (every agent's decisions); with norm_reward each agent of each world keeps its own running return,
     and one running scale serves every agent (rewards summed over hundreds of agents would otherwise grow with
     their number)."""
+
+    value_norm: bool = True
+    """the critic learns value targets normalised by their running mean and std (MAPPO's ValueNorm), read back in
+    the task's units for advantages"""

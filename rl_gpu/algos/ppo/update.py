@@ -12,6 +12,7 @@ the result of stopping there.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from functools import partial
 from typing import NamedTuple
@@ -24,6 +25,7 @@ from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS, MinibatchScale, explained_variance, minibatch_scale, ppo_loss
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.data.rollout import Rollout
+from rl_gpu.nn.normalization import ValueNormalizer
 from rl_gpu.runtime.compile import compile_unit
 from rl_gpu.runtime.distributed import all_reduce_mean
 
@@ -123,6 +125,9 @@ class UpdateUnits:
 
     def __init__(self, policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOConfig,
                  mode: str = "off") -> None:
+        self.value_norm: ValueNormalizer | None = None
+        """Set by an algorithm whose critic learns normalised value targets (MAPPO): the rollout's values are
+        read through it, and the targets normalised by it (:func:`run_update`)."""
         self.policy = policy
         self.optimizer = optimizer
         self.config = config
@@ -168,7 +173,18 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
     result with fewer operations (plain means, and a GAE recursion of two operations per step instead of 16).
     """
     config, policy, optimizer = units.config, units.policy, units.optimizer
-    advantage, returns = units.gae(batch, weighted)
+    if units.value_norm is None:
+        advantage, returns = units.gae(batch, weighted)
+    else:
+        # The critic outputs normalised values: advantages from the values in the task's units, then the targets
+        # join the statistics and the critic learns them normalised (the clipped loss compares normalised values).
+        norm = units.value_norm
+        in_units = dataclasses.replace(batch, value=norm.denormalize(batch.value),
+                                       final_value=norm.denormalize(batch.final_value),
+                                       bootstrap_value=norm.denormalize(batch.bootstrap_value))
+        advantage, returns = units.gae(in_units, weighted)
+        norm.update(returns, batch.weight if weighted else None)
+        returns = norm.normalize(returns)
     flat = flatten_batch(batch, advantage, returns, policy.is_continuous, weighted)
     size = flat.returns.shape[0]
     mb_size = size // config.num_minibatches
