@@ -13,6 +13,7 @@ rl_gpu contract with an agent axis (:class:`~rl_gpu.core.types.StepResult` with 
 - Same-step auto-reset: a world that finishes is reset before ``step`` returns, ``final_obs`` keeps where it
   ended. When every world finishes at once (a common horizon) they are reset in one vectorised call; otherwise
   finished worlds are reset one index at a time, as VMAS's own ``reset_at`` does.
+- A scenario of one agent (``simple``) is an ordinary single-agent task: no agent axis, no critic group.
 - Agents must be alike: scenarios whose agents have different observation sizes or action spaces are refused in
   one line (pad them in the scenario, or use a homogeneous variant).
 
@@ -225,10 +226,11 @@ class VmasEnv:
     @property
     def spec(self) -> EnvSpec:
         m, o = self.num_agents, self.obs_shape[0]
+        groups = {"policy": self.obs_shape, "critic": (m * o,)} if m > 1 else {"policy": self.obs_shape}
         return EnvSpec(
             obs_shape=self.obs_shape, num_actions=self.num_actions, action_shape=self.action_shape,
             action_low=self.action_low, action_high=self.action_high,
-            obs_groups={"policy": self.obs_shape, "critic": (m * o,)}, num_agents=m,
+            obs_groups=groups, num_agents=m,
             max_episode_steps=self.max_episode_steps, episode_horizon=self.max_episode_steps,
             functional=False, exact_resume=False,
         )
@@ -237,6 +239,12 @@ class VmasEnv:
     def _result(self, obs: Tensor, final_obs: Tensor, reward: Tensor, terminated: Tensor, truncated: Tensor,
                 episode_return: Tensor, episode_length: Tensor) -> StepResult:
         n = self.num_envs
+        self._obs = obs
+        if self.num_agents == 1:  # a one-agent scenario is an ordinary single-agent task: no agent axis
+            return StepResult(
+                obs=obs[:, 0], reward=reward[:, 0], terminated=terminated, truncated=truncated,
+                final_obs=final_obs[:, 0], action_mask=self._mask[:, 0], current_player=self._player,
+                episode_return=episode_return[:, 0], episode_length=episode_length)
         return StepResult(
             obs=obs, reward=reward, terminated=terminated, truncated=truncated, final_obs=final_obs,
             action_mask=self._mask, current_player=self._player, episode_return=episode_return,
@@ -284,7 +292,7 @@ class VmasEnv:
             fresh = self._reset_worlds(rows)
         if fresh is None:
             return self.observe()
-        obs = torch.where(rows[:, None, None], fresh, self._last.obs)
+        obs = torch.where(rows[:, None, None], fresh, self._obs)
         self._return.masked_fill_(rows[:, None], 0.0)
         self._length.masked_fill_(rows, 0)
         no = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
@@ -302,13 +310,13 @@ class VmasEnv:
     def _actions(self, action: Tensor) -> list[Tensor]:
         n, m = self.num_envs, self.num_agents
         if self.validate_actions:
-            check_action_format(action, n, self.action_shape, self.device, agents=(m,))
+            check_action_format(action, n, self.action_shape, self.device, agents=(m,) if m > 1 else ())
             if self.is_continuous and not bool(torch.isfinite(action).all()):
                 raise ValueError("action contains NaN or inf")
             if not self.is_continuous:
                 check_action_range(action, n, self.num_actions)
         if self.is_continuous:
-            return list(action.float().unbind(1))
+            return list(action.float().reshape(n, m, -1).unbind(1))
         return list(action.long().reshape(n, m, 1).unbind(1))
 
     def step(self, action: Tensor) -> StepResult:
@@ -318,13 +326,14 @@ class VmasEnv:
         with self._own_streams():
             obs, rewards, terminated, truncated, _ = self.vmas.step(actions)
             final_obs = torch.stack(list(obs), dim=1).float()
-            terminated = terminated.to(torch.bool)
-            truncated = truncated.to(torch.bool) & ~terminated
+            terminated = terminated.reshape(self.num_envs).to(torch.bool)
+            truncated = truncated.reshape(self.num_envs).to(torch.bool) & ~terminated
             done = terminated | truncated
             if self.film_row is not None:
                 self.last_frame = self._draw(self.film_row)
             fresh = self._reset_worlds(done)
-        reward = torch.stack(list(rewards), dim=1).float()
+        # Some scenarios give each agent's reward as [N, 1].
+        reward = torch.stack([r.reshape(self.num_envs) for r in rewards], dim=1).float()
         self._return += reward
         self._length += 1
         episode_return, episode_length = self._return.clone(), self._length.clone()

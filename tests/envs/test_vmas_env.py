@@ -141,3 +141,11 @@ def test_scenario_parameters_in_the_id():
             parse_scenario(bad)
     with pytest.raises(UsageError, match="both in the id"):
         make("vmas:navigation?n_agents=2", num_envs=3, n_agents=3)
+
+
+def test_a_one_agent_scenario_has_no_agent_axis():
+    env = make("vmas:simple", num_envs=3, seed=0, max_episode_steps=4)
+    assert env.spec.num_agents == 1 and "critic" not in env.spec.obs_groups
+    step = env.step(torch.zeros(3, 2))
+    assert step.obs.shape == (3, 4) and step.reward.shape == (3,) and step.acting is None
+    check_run_env(make("vmas:simple", num_envs=3, seed=0, max_episode_steps=4))
