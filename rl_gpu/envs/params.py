@@ -7,6 +7,7 @@ A parameter is checked against its declared type (an ``int`` is not a ``bool``, 
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -75,3 +76,31 @@ def check_like(what: str, t: Any, ref: Tensor, n: int, exact: bool = True) -> No
     if not isinstance(t, Tensor) or tuple(t.shape) != want or (exact and t.dtype != ref.dtype):
         got = f"a {t.dtype} tensor of shape {tuple(t.shape)}" if isinstance(t, Tensor) else f"a {type(t).__name__}"
         raise ValueError(f"{what}: expected a {ref.dtype} tensor of shape {want}, got {got}")
+
+
+def split_id_parameters(family: str, text: str) -> tuple[str, dict[str, Any]]:
+    """``"navigation?n_agents=3&shared_rew=false"`` -> ``("navigation", {"n_agents": 3, "shared_rew": False})``:
+    the parameters of a prefixed id (``family``: ``"vmas:"``, ``"pettingzoo:"``) written in the id, so a
+    checkpoint's id rebuilds the same task. Values are ``true`` / ``false``, integers, decimals, or else strings."""
+    name, _, query = text.partition("?")
+    kwargs: dict[str, Any] = {}
+    for part in query.split("&") if query else ():
+        key, eq, raw = part.partition("=")
+        if not eq or not key.isidentifier() or key in kwargs:
+            raise UsageError(f"{family}{name}: parameters are written name=value, joined by '&', each once "
+                             f"(got {part!r})")
+        kwargs[key] = _value(raw)
+    return name, kwargs
+
+
+def _value(text: str) -> Any:
+    if text in ("true", "false"):
+        return text == "true"
+    for kind in (int, float):
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        if kind is int or math.isfinite(value):
+            return value
+    return text

@@ -46,11 +46,13 @@ ENTRY_POINT_GROUP = "rl_gpu.envs"
 
 _ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
-PREFIXES: dict[str, str] = {"gym:": "rl_gpu.envs.gymnasium_env:GymnasiumEnv", "vmas:": "rl_gpu.envs.vmas_env:VmasEnv"}
+PREFIXES: dict[str, str] = {"gym:": "rl_gpu.envs.gymnasium_env:GymnasiumEnv", "vmas:": "rl_gpu.envs.vmas_env:VmasEnv",
+                            "pettingzoo:": "rl_gpu.envs.pettingzoo_env:PettingZooModuleEnv"}
 """Id prefixes that name a family of environments rather than one id: ``"gym:<any Gymnasium id>"`` builds
 ``GymnasiumEnv("<id>", num_envs, device=..., seed=..., max_episode_steps=..., **kwargs)``, ``"vmas:<scenario>"``
-builds :class:`~rl_gpu.envs.vmas_env.VmasEnv` the same way."""
-FAMILIES = "gym:<any Gymnasium id>, vmas:<any VMAS scenario>"
+builds :class:`~rl_gpu.envs.vmas_env.VmasEnv` the same way, ``"pettingzoo:<module>"`` the ``parallel_env`` of a
+module (:class:`~rl_gpu.envs.pettingzoo_env.PettingZooModuleEnv`; the module is imported, so the id imports code)."""
+FAMILIES = "gym:<any Gymnasium id>, vmas:<any VMAS scenario>, pettingzoo:<module with a parallel_env>"
 """How the prefixed families are named in messages."""
 
 
@@ -86,7 +88,9 @@ def module_to_import(env_id: object) -> str | None:
     if not isinstance(env_id, str) or env_id in _registry:
         return None
     prefixed = _prefixed(env_id)
-    if prefixed is not None:
+    if prefixed is not None and prefixed[0] == PREFIXES["pettingzoo:"]:
+        module = prefixed[1].partition("?")[0]
+    elif prefixed is not None:
         module = prefixed[1].split(":", 1)[0] if ":" in prefixed[1] else None
     elif is_entry_point(env_id):
         module = env_id.split(":", 1)[0]

@@ -27,7 +27,6 @@ state lives in VMAS's Python objects, so a resume restarts them (``spec.exact_re
 from __future__ import annotations
 
 import contextlib
-import math
 import random
 import warnings
 from collections.abc import Iterator
@@ -40,6 +39,7 @@ from torch import Tensor
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import EnvSpec, StepResult
 from rl_gpu.envs.actions import check_action_format, check_action_range
+from rl_gpu.envs.params import split_id_parameters
 
 DEFAULT_MAX_STEPS = 100
 """The time limit when none is given (BenchMARL's VMAS tasks use 100 steps as well)."""
@@ -55,30 +55,9 @@ def _require_vmas() -> Any:
 
 def parse_scenario(scenario: str) -> tuple[str, dict[str, Any]]:
     """``"navigation?n_agents=3&shared_rew=false"`` -> ``("navigation", {"n_agents": 3, "shared_rew": False})``:
-    scenario parameters written in the id, so a checkpoint's id rebuilds the same task. Values are ``true`` /
-    ``false``, integers, decimals, or else strings."""
-    name, _, query = scenario.partition("?")
-    kwargs: dict[str, Any] = {}
-    for part in query.split("&") if query else ():
-        key, eq, text = part.partition("=")
-        if not eq or not key.isidentifier() or key in kwargs:
-            raise UsageError(f"vmas:{scenario}: parameters are written name=value, joined by '&', each once "
-                             f"(got {part!r})")
-        kwargs[key] = _value(text)
-    return name, kwargs
-
-
-def _value(text: str) -> Any:
-    if text in ("true", "false"):
-        return text == "true"
-    for kind in (int, float):
-        try:
-            value = kind(text)
-        except ValueError:
-            continue
-        if kind is int or math.isfinite(value):
-            return value
-    return text
+    scenario parameters written in the id, so a checkpoint's id rebuilds the same task
+    (:func:`~rl_gpu.envs.params.split_id_parameters`)."""
+    return split_id_parameters("vmas:", scenario)
 
 
 def _seeded_streams(seed: int) -> list:
