@@ -6,8 +6,8 @@ from __future__ import annotations
 from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.training.config import DEFAULT_ENV, TrainConfig
 
-__all__ = ["CUSTOM_DEFAULTS", "DEFAULT_ENV", "GYMNASIUM_DEFAULTS", "OFF_POLICY_PRESETS", "PRESETS",
-           "describe_custom_defaults", "has_preset", "preset_config"]
+__all__ = ["CUSTOM_DEFAULTS", "DEFAULT_ENV", "GYMNASIUM_DEFAULTS", "MULTI_AGENT_PRESETS", "OFF_POLICY_PRESETS",
+           "PRESETS", "describe_custom_defaults", "has_preset", "preset_config"]
 
 _CLASSIC = {
     "num_steps": 128,
@@ -129,9 +129,44 @@ global defaults are the roulette game's 4096 rows and 24,576 final episodes). Fl
 train`` prints them at the start."""
 
 
+_VMAS = {
+    # MAPPO / IPPO on VMAS, sized for a CPU: 128 worlds x 100 steps (one episode per world and update),
+    # 8 epochs of 8 minibatches over every agent's decisions, no entropy bonus, a budget of 1M world steps.
+    # BenchMARL's VMAS settings (600 worlds, 45 epochs of 4096-step minibatches, lr 5e-5, gamma 0.9) are sized
+    # for a GPU: 45 epochs over 60,000 world steps per update.
+    "num_envs": 128,
+    "num_steps": 100,
+    "learning_rate": 3e-4,
+    "anneal_lr": True,
+    "min_updates": 1,
+    "max_updates": 100_000,
+    "total_timesteps": 1_000_000,
+    "eval_every": 10,
+    "eval_episodes": 64,
+    "final_eval_episodes": 256,
+    "consecutive_passes": 2,
+    "deterministic_eval": True,
+    "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 8, "num_minibatches": 8, "ent_coef": 0.0},
+}
+MULTI_AGENT_PRESETS: dict[str, dict] = {
+    # Keyed by scenario: the parameters in an id (vmas:navigation?n_agents=3) keep the scenario's preset.
+    "vmas:navigation": _VMAS,
+    "vmas:sampling": _VMAS,
+    "vmas:balance": _VMAS,
+    "vmas:transport": _VMAS,
+}
+"""Defaults of ``--algo mappo`` and ``--algo ippo`` per multi-agent task; another multi-agent id takes
+:data:`CUSTOM_DEFAULTS`."""
+
+
+def _scenario(env_id: str) -> str:
+    return env_id.partition("?")[0]
+
+
 def has_preset(env_id: str) -> bool:
-    """Whether ``env_id`` (or, for ``gym:X``, ``X``) has defaults of its own in :data:`PRESETS`."""
-    return env_id in PRESETS or env_id.removeprefix("gym:") in PRESETS
+    """Whether ``env_id`` (or, for ``gym:X``, ``X``; for ``vmas:X?k=v``, ``vmas:X``) has defaults of its own in
+    :data:`PRESETS` or :data:`MULTI_AGENT_PRESETS`."""
+    return env_id in PRESETS or env_id.removeprefix("gym:") in PRESETS or _scenario(env_id) in MULTI_AGENT_PRESETS
 
 
 def describe_custom_defaults(env_id: str) -> str:
@@ -232,11 +267,16 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
     ``gym:X`` takes ``X``'s preset when there is one: the same task, stepped by Gymnasium on the host; other
     ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`; ``self_play`` adds :data:`SELF_PLAY_PRESETS` (PPO). SAC and
     TD3 take the task keys of the environment's preset (goal, budget, evaluation) under their own settings
-    (:data:`OFF_POLICY_PRESETS`), NeuRD its validation sizes under :data:`NEURD_PRESET`, and any other registered
+    (:data:`OFF_POLICY_PRESETS`), NeuRD its validation sizes under :data:`NEURD_PRESET`, the multi-agent algorithms
+    (MAPPO, IPPO) :data:`MULTI_AGENT_PRESETS` (else :data:`CUSTOM_DEFAULTS`), and any other registered
     algorithm the task keys over the global defaults; an unknown ``algo`` is a ``UsageError`` (a ``ValueError``).
     """
     spec = algorithm_spec(algo)
     params = spec.config_class()
+    if spec.agents:
+        preset = dict(MULTI_AGENT_PRESETS.get(_scenario(env_id), CUSTOM_DEFAULTS))
+        section = params(**preset.pop("ppo", {}))
+        return TrainConfig(env=env_id, algo=algo, algo_params=section, self_play=self_play, **preset)
     fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else CUSTOM_DEFAULTS
     preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), fallback)))
     if algo == "ppo":

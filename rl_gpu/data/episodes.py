@@ -42,6 +42,29 @@ def episode_metrics(ended: Tensor, episode_return: Tensor, episode_length: Tenso
     }
 
 
+def agent_metrics(ended: Tensor, episode_return: Tensor, controlled: Tensor) -> dict[str, Tensor]:
+    """Per-agent returns of the episodes that ended in a rollout of M agents: ``team_return`` (the controlled
+    agents' returns summed, averaged over episodes), ``agent_return_min`` and ``agent_return_max`` (the lowest
+    and highest of the controlled agents' mean returns: one agent left behind shows here, not in the mean).
+
+    Args:
+        ended: ``[T, N]`` bool: a world's episode ended at this step.
+        episode_return: ``[T, N, M]``: each agent's return of the episode that ended there.
+        controlled: ``[N, M]`` bool: the agents the learner plays.
+    0-dim float tensors, 0 when no episode ended; no host synchronisation.
+    """
+    mine = ended[..., None] & controlled
+    count = mine.sum((0, 1))                                               # [M] episodes per agent
+    per_agent = torch.where(mine, episode_return, 0.0).sum((0, 1)) / count.clamp(min=1)
+    played = count > 0
+    team = torch.where(mine, episode_return, 0.0).sum() / ended.sum().clamp(min=1)
+    low = torch.where(played, per_agent, torch.inf).amin()
+    high = torch.where(played, per_agent, -torch.inf).amax()
+    some = played.any()
+    return {"team_return": team.float(), "agent_return_min": torch.where(some, low, 0.0).float(),
+            "agent_return_max": torch.where(some, high, 0.0).float()}
+
+
 class EpisodeTally(NamedTuple):
     """One episode per row (an evaluation's complete games), without the steps that led there."""
 

@@ -143,3 +143,40 @@ def test_rollout_rows_of_one_agent_are_the_rollout():
     algo = PPO.from_setup(_setup(env), MAPPOConfig())
     rollout = algo.collect().clone()
     assert isinstance(rollout, Rollout) and rollout.agents_as_rows() is rollout
+
+
+def test_team_and_per_agent_returns_of_the_episodes_that_ended():
+    from rl_gpu.data.episodes import agent_metrics
+
+    ended = torch.tensor([[True, False], [False, True]])                    # [T=2, N=2]
+    ret = torch.tensor([[[1.0, 3.0, 9.0], [7.0, 7.0, 7.0]],                # [T, N, M=3]; 7s: not ended there
+                        [[5.0, 5.0, 5.0], [2.0, 6.0, -4.0]]])
+    everyone = torch.ones(2, 3, dtype=torch.bool)
+    out = agent_metrics(ended, ret, everyone)
+    assert float(out["team_return"]) == pytest.approx((13 + 4) / 2)           # agents summed, over 2 episodes
+    assert float(out["agent_return_min"]) == pytest.approx(1.5)              # agent 0: (1 + 2) / 2
+    assert float(out["agent_return_max"]) == pytest.approx(4.5)              # agent 1: (3 + 6) / 2
+    first_two = torch.tensor([[True, True, False]] * 2)
+    out = agent_metrics(ended, ret, first_two)
+    assert float(out["team_return"]) == pytest.approx((4 + 8) / 2) and float(out["agent_return_max"]) == 4.5
+    none = agent_metrics(torch.zeros(2, 2, dtype=torch.bool), ret, everyone)
+    assert all(float(v) == 0.0 for v in none.values())
+
+
+def test_an_iteration_reports_team_and_agent_returns():
+    algo = MAPPO.from_setup(_setup(HiddenXorEnv(16, seed=0)), MAPPOConfig())
+    out = algo.iterate()
+    assert set(algo.metric_names) <= set(out)
+    # One-step episodes, both agents paid alike: the team's return is twice an agent's, the agents equal.
+    assert float(out["team_return"]) == pytest.approx(2 * float(out["episode_return"]))
+    assert float(out["agent_return_min"]) == pytest.approx(float(out["agent_return_max"]))
+
+
+def test_multi_agent_presets_keep_the_scenario_with_its_parameters():
+    from rl_gpu.cli.presets import has_preset, preset_config
+
+    config = preset_config("vmas:navigation?n_agents=3", "mappo")
+    assert config.num_envs == 128 and config.num_steps == 100 and config.algo_params.update_epochs == 8
+    assert isinstance(config.algo_params, MAPPOConfig) and config.algo_params.ent_coef == 0.0
+    assert has_preset("vmas:balance") and not has_preset("vmas:wheel")
+    assert preset_config("vmas:wheel", "ippo").num_envs == 256  # the generic defaults of a custom task

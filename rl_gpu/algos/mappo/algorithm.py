@@ -21,9 +21,14 @@ from rl_gpu.algos.ppo.update import UpdateMetrics
 from rl_gpu.collect.reference import collect
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import EnvSpec, VecEnv
+from rl_gpu.data.episodes import agent_metrics
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import policy_for_env
 from rl_gpu.nn.normalization import ValueNormalizer
+
+
+AGENT_METRICS = ("team_return", "agent_return_min", "agent_return_max")
+"""What each iteration reports beyond PPO's metrics (:func:`~rl_gpu.data.episodes.agent_metrics`)."""
 
 
 class MAPPO(PPO):
@@ -59,6 +64,7 @@ class MAPPO(PPO):
 
     def __init__(self, policy, config: MAPPOConfig, *args, **kwargs) -> None:
         super().__init__(policy, config, *args, **kwargs)
+        self.metric_names = (*self.metric_names, *AGENT_METRICS)
         self.value_normalizer: ValueNormalizer | None = None
         if getattr(config, "value_norm", False):
             self.value_normalizer = ValueNormalizer().to(self.device)
@@ -84,6 +90,13 @@ class MAPPO(PPO):
         """One ``[T, N, M]`` rollout (:func:`rl_gpu.collect.agents.collect_agents`), fresh tensors each call."""
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
         return collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic, opponent_rng=opponent_rng)
+
+    def iterate(self, *args, **kwargs) -> dict:
+        """PPO's iteration, plus the team's and each agent's returns (:data:`AGENT_METRICS`)."""
+        out = super().iterate(*args, **kwargs)
+        rollout = self.last_rollout
+        out.update(agent_metrics(rollout.done, rollout.episode_return, rollout.controlled))
+        return out
 
     def update(self, rollout: Rollout) -> UpdateMetrics:
         """One PPO update on the rollout's agent rows (``[T, N * M]``)."""
