@@ -10,7 +10,9 @@
 #   4. SAC and TD3 iterations (one vector step + 4 updates of batch 4096) at N=1024 and 4096 Pendulum-v1
 #      environments, eager vs compiled vs one CUDA graph per iteration (benchmarks/gpu_check_offpolicy.py);
 #   5. data-parallel PPO training steps/s under torchrun with 1 and with every visible GPU
-#      (benchmarks/distributed_throughput.py; with one GPU only the K=1 row, and the NCCL path for one process).
+#      (benchmarks/distributed_throughput.py; with one GPU only the K=1 row, and the NCCL path for one process);
+#   6. MAPPO on vmas:navigation at N=65536 worlds (4 agents each): world steps/s of whole iterations, eager vs
+#      inductor (benchmarks/gpu_check_mappo.py; skipped when VMAS is not installed).
 # Results go to $OUT (default artifacts/gpu_check); the exit status is non-zero if any stage failed.
 #
 #   bash benchmarks/gpu_check.sh            # from the repository root, with .venv installed (make test)
@@ -51,6 +53,12 @@ stage offpolicy 180 "$PY" benchmarks/gpu_check_offpolicy.py --output "$OUT/offpo
 # Data-parallel PPO under torchrun (NCCL): transitions/s with 1 GPU and with every visible GPU, in one run.
 stage distributed 180 "$PY" benchmarks/distributed_throughput.py --device cuda --num-envs 16384 --num-steps 32 \
     --output "$OUT/distributed.json"
+if "$PY" -c "import vmas" 2>/dev/null; then
+    stage mappo_vmas 120 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 65536 --num-steps 32 \
+        --iterations 3 --rounds 2 --output "$OUT/mappo_vmas.json"
+else
+    echo "vmas not installed: stage mappo_vmas skipped (pip install 'rl-gpu[vmas]')" | tee "$OUT/mappo_vmas.txt"
+fi
 # MuJoCo Warp (the mujoco-warp extra, installed in the carried .venv): HalfCheetah and Ant at N=4096 and 16384,
 # graph-captured steps, PPO training steps/s, agreement with the C engine. Skipped when mujoco_warp is absent.
 if "$PY" -c "import mujoco_warp" 2>/dev/null; then

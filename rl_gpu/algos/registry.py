@@ -193,8 +193,8 @@ register_algorithm(AlgorithmSpec(
 register_algorithm(AlgorithmSpec(
     name="mappo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:MAPPO",
     summary="multi-agent PPO with a centralised critic (worlds of several agents acting at once)",
-    agents=True, torchrun=False, compile_modes=("off", "inductor"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
+    agents=True, compile_modes=("off", "inductor"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
     name="ippo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:IPPO",
     summary="independent PPO, each agent's critic on its own observation (worlds of several agents)",
-    agents=True, torchrun=False, compile_modes=("off", "inductor"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
+    agents=True, compile_modes=("off", "inductor"), flag_needs=(("norm_reward_clip", "norm_reward"),)))

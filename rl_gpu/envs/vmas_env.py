@@ -77,6 +77,9 @@ class VmasEnv:
         seed: the adapter's random stream (None: drawn from the operating system).
         max_episode_steps: time limit (``truncated``), default :data:`DEFAULT_MAX_STEPS`.
         continuous_actions: continuous forces (default) or VMAS's discrete actions.
+        agent_ids: append a one-hot of the agent's index to its observation (``[N, M, O + M]``), so that one
+            network shared by the agents can still act differently per agent; in an id:
+            ``vmas:navigation?agent_ids=true``. The ``critic`` group stays the agents' own observations.
         validate_actions: check action shapes, ranges and NaN before stepping.
         **scenario_kwargs: the scenario's own parameters (``n_agents=3``, ...), as ``vmas.make_env`` takes them.
     """
@@ -85,13 +88,16 @@ class VmasEnv:
 
     def __init__(self, scenario: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
                  *, max_episode_steps: int | None = None, continuous_actions: bool = True,
-                 validate_actions: bool = True, **scenario_kwargs: Any) -> None:
+                 agent_ids: bool = False, validate_actions: bool = True, **scenario_kwargs: Any) -> None:
         vmas = _require_vmas()
         scenario, in_id = parse_scenario(scenario)
         both = sorted(set(in_id) & set(scenario_kwargs))
         if both:
             raise UsageError(f"vmas:{scenario}: {', '.join(both)} given both in the id and as arguments")
         scenario_kwargs = {**in_id, **scenario_kwargs}
+        agent_ids = scenario_kwargs.pop("agent_ids", agent_ids)  # the adapter's option, not the scenario's
+        if not isinstance(agent_ids, bool):
+            raise UsageError(f"vmas:{scenario}: agent_ids is true or false, got {agent_ids!r}")
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         from vmas.simulator.environment import Environment
@@ -121,6 +127,8 @@ class VmasEnv:
                              f"{' '.join(str(e).split()) or type(e).__name__}") from None
         self._init_spaces(continuous_actions)
         n, m = num_envs, self.num_agents
+        self.agent_ids = agent_ids and m > 1
+        self._ids = torch.eye(m, device=self.device).expand(n, m, m) if self.agent_ids else None
         self._return = torch.zeros(n, m, device=self.device)
         self._length = torch.zeros(n, dtype=torch.long, device=self.device)
         self._mask = torch.ones(n, m, self.num_actions, dtype=torch.bool, device=self.device)
@@ -205,9 +213,10 @@ class VmasEnv:
     @property
     def spec(self) -> EnvSpec:
         m, o = self.num_agents, self.obs_shape[0]
-        groups = {"policy": self.obs_shape, "critic": (m * o,)} if m > 1 else {"policy": self.obs_shape}
+        policy = (o + m,) if self.agent_ids else self.obs_shape
+        groups = {"policy": policy, "critic": (m * o,)} if m > 1 else {"policy": policy}
         return EnvSpec(
-            obs_shape=self.obs_shape, num_actions=self.num_actions, action_shape=self.action_shape,
+            obs_shape=policy, num_actions=self.num_actions, action_shape=self.action_shape,
             action_low=self.action_low, action_high=self.action_high,
             obs_groups=groups, num_agents=m,
             max_episode_steps=self.max_episode_steps, episode_horizon=self.max_episode_steps,
@@ -224,11 +233,13 @@ class VmasEnv:
                 obs=obs[:, 0], reward=reward[:, 0], terminated=terminated, truncated=truncated,
                 final_obs=final_obs[:, 0], action_mask=self._mask[:, 0], current_player=self._player,
                 episode_return=episode_return[:, 0], episode_length=episode_length)
+        critic, final_critic = obs.reshape(n, -1), final_obs.reshape(n, -1)
+        if self._ids is not None:
+            obs, final_obs = torch.cat([obs, self._ids], -1), torch.cat([final_obs, self._ids], -1)
         return StepResult(
             obs=obs, reward=reward, terminated=terminated, truncated=truncated, final_obs=final_obs,
             action_mask=self._mask, current_player=self._player, episode_return=episode_return,
-            episode_length=episode_length, critic_obs=obs.reshape(n, -1), final_critic_obs=final_obs.reshape(n, -1),
-            acting=self._acting,
+            episode_length=episode_length, critic_obs=critic, final_critic_obs=final_critic, acting=self._acting,
         )
 
     def _observations(self) -> Tensor:

@@ -363,6 +363,9 @@ class Trainer(CheckpointMixin):
             episodes = values.pop("episodes")
             transitions = values.pop("transitions")
             collected = {k: values.pop(k) for k in ("episode_return", "episode_length", "win_rate")}
+            if episodes == 0:  # an algorithm's own means over finished episodes mean nothing then
+                for name in getattr(self.algo, "per_episode_metrics", ()):
+                    values.pop(name, None)
             # A term's mean is NaN in an update where no episode finished: left out, not a numerical fault.
             terms = {name: value for name in [f"reward/{t}" for t in self.reward_terms]
                      if math.isfinite(value := values.pop(name))}

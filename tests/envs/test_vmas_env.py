@@ -149,3 +149,19 @@ def test_a_one_agent_scenario_has_no_agent_axis():
     step = env.step(torch.zeros(3, 2))
     assert step.obs.shape == (3, 4) and step.reward.shape == (3,) and step.acting is None
     check_run_env(make("vmas:simple", num_envs=3, seed=0, max_episode_steps=4))
+
+
+def test_agent_ids_append_a_one_hot_per_agent():
+    plain = make("vmas:navigation?n_agents=3", num_envs=4, seed=2)
+    with_ids = make("vmas:navigation?n_agents=3&agent_ids=true", num_envs=4, seed=2)
+    assert with_ids.spec.obs_shape == (plain.spec.obs_shape[0] + 3,)
+    assert with_ids.spec.obs_groups["critic"] == plain.spec.obs_groups["critic"]
+    action = torch.zeros(4, 3, 2)
+    for _ in range(3):
+        a, b = plain.step(action), with_ids.step(action)
+        o = plain.spec.obs_shape[0]
+        assert torch.equal(b.obs[..., :o], a.obs) and torch.equal(b.final_obs[..., :o], a.final_obs)
+        assert torch.equal(b.obs[..., o:], torch.eye(3).expand(4, 3, 3))
+        assert torch.equal(b.critic_obs, a.critic_obs)
+    with pytest.raises(UsageError, match="agent_ids is true or false"):
+        make("vmas:navigation?agent_ids=2", num_envs=1)

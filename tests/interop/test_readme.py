@@ -26,7 +26,8 @@ SHRINK = {
     "RussianRouletteVectorized(4096,": "RussianRouletteVectorized(256,",
     "for _ in range(1000):\n    obs, reward,": "for _ in range(100):\n    obs, reward,",
 }
-NEEDS = {"stable_baselines3": "stable-baselines3", "onnxruntime": "onnxruntime", "gymnasium": "gymnasium"}
+NEEDS = {"stable_baselines3": "stable-baselines3", "onnxruntime": "onnxruntime", "gymnasium": "gymnasium",
+         "mpe2": "mpe2 (and pettingzoo, vmas)"}
 
 
 def _blocks() -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -25,6 +26,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from rl_gpu.algos.base import Setup
+from rl_gpu.algos.mappo.config import MAPPOConfig
 from rl_gpu.algos.ppo.algorithm import PPO
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.registry import make_algorithm
@@ -217,6 +219,10 @@ def _identical_worker(rank: int, port: int) -> None:
     try:
         runs = [("ppo", "CartPole-v1", PPOConfig(update_epochs=2, num_minibatches=2, norm_reward=True)),
                 ("sac", "Pendulum-v1", SACConfig(learning_starts=16, batch_size=16, buffer_size=256))]
+        if importlib.util.find_spec("vmas") is not None:
+            # Worlds of two agents: the agent rows' update and the value normaliser's statistics.
+            runs.append(("mappo", "vmas:navigation?n_agents=2",
+                         MAPPOConfig(update_epochs=2, num_minibatches=2, norm_reward=True)))
         for name, env_id, config in runs:
             algo = _algorithm(name, env_id, 7, config)
             before = _gathered(algo.policy.parameters())
@@ -225,7 +231,7 @@ def _identical_worker(rank: int, port: int) -> None:
                 algo.iterate()
             # Every network and statistic the algorithm holds; its random streams are its own on each rank.
             state = algo.state_dict()
-            nets = [t for key in ("policy", "critic", "target_critic", "log_alpha") if key in state
+            nets = [t for key in ("policy", "critic", "target_critic", "log_alpha", "value_normalizer") if key in state
                     for t in state[key].values() if t.is_floating_point()]
             after = _gathered(nets)
             assert torch.equal(after[0], after[1]), f"{name}: ranks diverged: {(after[0] - after[1]).abs().max()}"

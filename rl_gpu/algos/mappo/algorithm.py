@@ -65,6 +65,8 @@ class MAPPO(PPO):
     def __init__(self, policy, config: MAPPOConfig, *args, **kwargs) -> None:
         super().__init__(policy, config, *args, **kwargs)
         self.metric_names = (*self.metric_names, *AGENT_METRICS)
+        self.per_episode_metrics = AGENT_METRICS
+        """Metrics the run's record leaves out of an update where no episode ended."""
         self.value_normalizer: ValueNormalizer | None = None
         if getattr(config, "value_norm", False):
             self.value_normalizer = ValueNormalizer().to(self.device)
