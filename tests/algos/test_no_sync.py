@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from rl_gpu.envs.registry import make
 from rl_gpu.algos.ppo import PPO, PPOConfig, update_policy
@@ -25,14 +26,37 @@ class HostSync(AssertionError):
 def _allowed(name: str, tensor: torch.Tensor) -> bool:
     # torch.optim's non-capturable Adam reads its step counter with .item(); it keeps that counter in host memory
     # (also on CUDA), so the read is not a device synchronisation. Allowed for that one caller only.
-    caller = sys._getframe(2)
-    return name == "item" and caller.f_code.co_name == "_get_value" and "torch/optim" in caller.f_code.co_filename
+    # The caller is 2 frames up; 4 when the read came back through _NoMaskIndexing's __torch_function__ (which
+    # dispatches the patched method a second time).
+    if name != "item":
+        return False
+    frame, depth = sys._getframe(2), 0
+    while frame is not None and depth < 3:
+        if frame.f_code.co_name == "_get_value" and "torch/optim" in frame.f_code.co_filename:
+            return True
+        frame, depth = frame.f_back, depth + 1
+    return False
+
+
+class _NoMaskIndexing(TorchFunctionMode):
+    """Indexing with a bool tensor has a data-dependent shape (it runs nonzero() in C++): refused while active.
+    A mode rather than a patched ``torch.Tensor.__getitem__``: assigning ``__getitem__`` on the class makes every
+    tensor a Python sequence for good (``torch.tensor([0-d tensors])`` then fails for the rest of the process)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.__getitem__ or func is torch.Tensor.__setitem__:
+            index = args[1]
+            parts = index if isinstance(index, tuple) else (index,)
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.dim() > 0 for i in parts):
+                raise HostSync(f"data-dependent shape: boolean-mask Tensor.{func.__name__}")
+        return func(*args, **(kwargs or {}))
 
 
 @contextlib.contextmanager
 def forbid_host_sync():
     """Make every host read of a tensor (and torch.nonzero) raise :class:`HostSync` inside the block."""
     originals = {name: getattr(torch.Tensor, name) for name in HOST_READS}
+    own = {name: torch.Tensor.__dict__[name] for name in HOST_READS if name in torch.Tensor.__dict__}
     original_nonzero = torch.nonzero
 
     def guard(name):
@@ -45,26 +69,18 @@ def forbid_host_sync():
     def nonzero(*args, **kwargs):
         raise HostSync("host synchronisation: torch.nonzero() in the hot loop")
 
-    def masked(name):
-        # Indexing with a bool tensor has a data-dependent shape (it runs nonzero() in C++).
-        def method(self, index, *rest):
-            parts = index if isinstance(index, tuple) else (index,)
-            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool and i.dim() > 0 for i in parts):
-                raise HostSync(f"data-dependent shape: boolean-mask Tensor.{name}")
-            return originals[name](self, index, *rest)
-        return method
-
     for name in HOST_READS:
         setattr(torch.Tensor, name, guard(name))
-    for name in ("__getitem__", "__setitem__"):
-        originals[name] = getattr(torch.Tensor, name)
-        setattr(torch.Tensor, name, masked(name))
     torch.nonzero = nonzero
     try:
-        yield
+        with _NoMaskIndexing():
+            yield
     finally:
-        for name, fn in originals.items():
-            setattr(torch.Tensor, name, fn)
+        for name in HOST_READS:  # back to torch.Tensor's own method, or to the one it inherits
+            if name in own:
+                setattr(torch.Tensor, name, own[name])
+            else:
+                delattr(torch.Tensor, name)
         torch.nonzero = original_nonzero
 
 
