@@ -37,7 +37,7 @@ from torch import Tensor
 
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import EnvSpec, StepResult
-from rl_gpu.envs.actions import check_action_format, check_action_range
+from rl_gpu.envs.engine_worlds import WorldsInEngine
 from rl_gpu.envs.params import split_id_parameters
 
 
@@ -61,7 +61,7 @@ def _box_parts(space: Any, label: str) -> tuple[tuple[int, ...], bool]:
     return tuple(int(d) for d in space.shape), False
 
 
-class PettingZooEnv:
+class PettingZooEnv(WorldsInEngine):
     """N copies of a PettingZoo ``ParallelEnv`` behind the :class:`~rl_gpu.core.types.VecEnv` protocol.
 
     Args:
@@ -227,9 +227,10 @@ class PettingZooEnv:
             self._world(i, obs, now)
         return self._start(now)
 
-    def _start(self, now: dict[str, np.ndarray]) -> StepResult:
-        self._return[:] = 0.0
-        self._length[:] = 0
+    def _start(self, now: dict[str, np.ndarray], rows: np.ndarray | slice = slice(None)) -> StepResult:
+        """The step of worlds where ``rows`` start new episodes (the others as they are), from ``now``."""
+        self._return[rows] = 0.0
+        self._length[rows] = 0
         self._now = now
         n = self.num_envs
         no = np.zeros(n, bool)
@@ -244,30 +245,11 @@ class PettingZooEnv:
         for i in index.tolist():
             obs, _ = self.envs[i].reset()
             self._world(i, obs, now)
-        self._return[index] = 0.0
-        self._length[index] = 0
-        self._now = now
-        n = self.num_envs
-        no = np.zeros(n, bool)
-        zero = np.zeros((n, self.num_agents), np.float32)
-        self._last = self._result(now, now, zero, no, no, zero, self._length.copy())
-        return self._last
-
-    def observe(self) -> StepResult:
-        """The current observations as a zero-reward step (no transition)."""
-        last = self._last
-        no = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        return last._replace(reward=torch.zeros_like(last.reward), terminated=no, truncated=no, final_obs=last.obs,
-                             final_critic_obs=last.critic_obs)
+        return self._start(now, index)
 
     def _host_actions(self, action: Tensor) -> np.ndarray:
         n, m = self.num_envs, self.num_agents
-        if self.validate_actions:
-            check_action_format(action, n, self.action_shape, self.device, agents=(m,) if m > 1 else ())
-            if self.is_continuous and not bool(torch.isfinite(action).all()):
-                raise ValueError("action contains NaN or inf")
-            if not self.is_continuous:
-                check_action_range(action, n, self.num_actions)
+        self._check_actions(action)
         if self.is_continuous:
             return action.detach().float().reshape(n, m, -1).cpu().numpy()
         return action.detach().long().reshape(n, m).cpu().numpy()
@@ -303,14 +285,6 @@ class PettingZooEnv:
         self._now = now
         self._last = self._result(now, final, reward, terminated, truncated, episode_return, episode_length)
         return self._last
-
-    def state_dict(self) -> dict[str, Any]:
-        """Nothing: the worlds live in the PettingZoo objects (``spec.exact_resume`` is False)."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restart every world (the saved state cannot be restored; see :meth:`state_dict`)."""
-        self.reset()
 
     def close(self) -> None:
         for env in self.envs:

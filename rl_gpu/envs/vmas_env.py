@@ -38,7 +38,7 @@ from torch import Tensor
 
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import EnvSpec, StepResult
-from rl_gpu.envs.actions import check_action_format, check_action_range
+from rl_gpu.envs.engine_worlds import WorldsInEngine
 from rl_gpu.envs.params import split_id_parameters
 
 DEFAULT_MAX_STEPS = 100
@@ -66,7 +66,7 @@ def _seeded_streams(seed: int) -> list:
             random.Random(seed).getstate()]
 
 
-class VmasEnv:
+class VmasEnv(WorldsInEngine):
     """N worlds of one VMAS scenario behind the :class:`~rl_gpu.core.types.VecEnv` protocol (M agents per world).
 
     Args:
@@ -290,21 +290,9 @@ class VmasEnv:
         self._last = self._result(obs, obs, zero, no, no, zero, self._length.clone())
         return self._last
 
-    def observe(self) -> StepResult:
-        """The current observations as a zero-reward step (no transition)."""
-        last = self._last
-        no = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        return last._replace(reward=torch.zeros_like(last.reward), terminated=no, truncated=no, final_obs=last.obs,
-                             final_critic_obs=last.critic_obs)
-
     def _actions(self, action: Tensor) -> list[Tensor]:
         n, m = self.num_envs, self.num_agents
-        if self.validate_actions:
-            check_action_format(action, n, self.action_shape, self.device, agents=(m,) if m > 1 else ())
-            if self.is_continuous and not bool(torch.isfinite(action).all()):
-                raise ValueError("action contains NaN or inf")
-            if not self.is_continuous:
-                check_action_range(action, n, self.num_actions)
+        self._check_actions(action)
         if self.is_continuous:
             return list(action.float().reshape(n, m, -1).unbind(1))
         return list(action.long().reshape(n, m, 1).unbind(1))
@@ -332,14 +320,6 @@ class VmasEnv:
         self._length.masked_fill_(done, 0)
         self._last = self._result(obs, final_obs, reward, terminated, truncated, episode_return, episode_length)
         return self._last
-
-    def state_dict(self) -> dict[str, Any]:
-        """Nothing: the worlds live in VMAS's Python objects (``spec.exact_resume`` is False)."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restart every world (the saved state cannot be restored; see :meth:`state_dict`)."""
-        self.reset()
 
     def _draw(self, index: int) -> np.ndarray:
         return np.ascontiguousarray(self.vmas.render(mode="rgb_array", env_index=index, visualize_when_rgb=False))
