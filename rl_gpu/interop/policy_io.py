@@ -78,6 +78,9 @@ def rebuild_policy(config: Any, state: dict[str, Tensor], path: str | Path,
             skeleton = policy_kind(config["kind"]).build(config)
     except (TypeError, ValueError) as e:
         raise _unusable(path, f"policy_config {str(e).strip()[:160]}") from None
+    except RuntimeError as e:  # sizes no tensor can have (torch's own overflow checks, even on "meta")
+        raise _unusable(path, f"policy_config asks for tensors no machine can hold: "
+                        f"{str(e).strip()[:160]}") from None
     expected = skeleton.state_dict()
     missing, unexpected = sorted(expected.keys() - state.keys()), sorted(state.keys() - expected.keys())
     if missing or unexpected:
