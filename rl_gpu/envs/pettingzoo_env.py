@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import math
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,8 @@ from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import EnvSpec, StepResult
 from rl_gpu.envs.engine_worlds import WorldsInEngine
 from rl_gpu.envs.params import split_id_parameters
+
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def _require_pettingzoo() -> Any:
@@ -309,6 +312,9 @@ class PettingZooModuleEnv(PettingZooEnv):
     def __init__(self, module: str, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None,
                  *, max_episode_steps: int | None = None, validate_actions: bool = True, **kwargs: Any) -> None:
         name, in_id = split_id_parameters("pettingzoo:", module)
+        if not _MODULE.fullmatch(name):
+            raise UsageError(f"pettingzoo:{name}: a module is named by dotted identifiers (mpe2.simple_spread_v3), "
+                             f"got {name[:80]!r}")
         try:
             fn = importlib.import_module(name).parallel_env
         except ImportError as e:
@@ -320,9 +326,13 @@ class PettingZooModuleEnv(PettingZooEnv):
         try:
             super().__init__(fn, num_envs, device, seed, validate_actions=validate_actions,
                              name=f"pettingzoo:{name}", **in_id, **kwargs)
-        except TypeError as e:
+        except UsageError:
+            raise
+        except (TypeError, ValueError, AssertionError, RuntimeError, MemoryError, OverflowError) as e:
+            # What the id's values make the module's own code raise: the id is what the user can change.
             raise UsageError(f"pettingzoo:{name}: parallel_env cannot be built with {in_id or 'no arguments'}: "
-                             f"{e}") from None
+                             f"{type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
         if self.max_episode_steps is None:
-            raise UsageError(f"pettingzoo:{name}: its episodes have no time limit rl_gpu can read (no max_cycles "
-                             "attribute); give one in the id, e.g. ?max_cycles=100, if parallel_env takes it")
+            raise UsageError(f"pettingzoo:{name}: its episodes have no positive time limit rl_gpu can read (a "
+                             "max_cycles attribute); give one in the id, e.g. ?max_cycles=100, if parallel_env "
+                             "takes it")

@@ -122,7 +122,8 @@ class VmasEnv(WorldsInEngine):
                 self.vmas = vmas.make_env(scenario, num_envs=num_envs, device=self.device,
                                           continuous_actions=continuous_actions, max_steps=self.max_episode_steps,
                                           clamp_actions=True, terminated_truncated=True, **scenario_kwargs)
-        except (TypeError, ValueError, AssertionError, ModuleNotFoundError, UserWarning) as e:
+        except (TypeError, ValueError, AssertionError, ModuleNotFoundError, UserWarning, RuntimeError, MemoryError,
+                OverflowError) as e:
             raise UsageError(f"vmas:{scenario}: VMAS cannot make it with {scenario_kwargs or 'no arguments'}: "
                              f"{' '.join(str(e).split()) or type(e).__name__}") from None
         self._init_spaces(continuous_actions)

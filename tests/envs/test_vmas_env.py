@@ -163,5 +163,7 @@ def test_agent_ids_append_a_one_hot_per_agent():
         assert torch.equal(b.obs[..., :o], a.obs) and torch.equal(b.final_obs[..., :o], a.final_obs)
         assert torch.equal(b.obs[..., o:], torch.eye(3).expand(4, 3, 3))
         assert torch.equal(b.critic_obs, a.critic_obs)
+    with pytest.raises(UsageError, match="VMAS cannot make it"):  # allocation refused by the machine
+        make("vmas:navigation?n_agents=1000000000000", num_envs=1)
     with pytest.raises(UsageError, match="agent_ids is true or false"):
         make("vmas:navigation?agent_ids=2", num_envs=1)

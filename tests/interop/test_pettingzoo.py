@@ -131,6 +131,13 @@ def test_what_cannot_be_adapted_is_refused_in_one_line():
         from_pettingzoo(object(), 2)
     with pytest.raises(UsageError, match="no parallel_env"):
         make("pettingzoo:json", num_envs=1)
+    with pytest.raises(UsageError, match="dotted identifiers"):
+        make("pettingzoo:../x", num_envs=1)
+    # What the module's own code raises for a value of the id is said in one line, naming the values.
+    with pytest.raises(UsageError, match=r"cannot be built with \{'N': 0\}: ValueError"):
+        make("pettingzoo:mpe2.simple_spread_v3?N=0", num_envs=1)
+    with pytest.raises(UsageError, match="no positive time limit"):
+        make("pettingzoo:mpe2.simple_spread_v3?max_cycles=-5", num_envs=1)
 
 
 def test_the_id_builds_the_module_parallel_env():
