@@ -100,6 +100,7 @@ class PettingZooEnv(WorldsInEngine):
                 raise UsageError(f"{self.label}: env_fn must build a PettingZoo ParallelEnv; what it built has no "
                                  f"{attr!r}")
         self.agents = list(first.possible_agents)
+        self._index = set(self.agents)
         self.num_agents = len(self.agents)
         if self.num_agents == 0:
             raise UsageError(f"{self.label}: the environment has no possible_agents")
@@ -278,7 +279,12 @@ class PettingZooEnv(WorldsInEngine):
                 truncated[i] = any(truncs.get(a, False) for a in leaving)
                 terminated[i] = not truncated[i]
                 obs, _ = env.reset()
-            self._world(i, obs, now)
+                self._world(i, obs, now)
+            elif all(a in env.agents for a in obs if a in self._index):
+                for key in now:  # nobody left: the world's next state is where it ended (state() read once)
+                    now[key][i] = final[key][i]
+            else:
+                self._world(i, obs, now)
         self._return += reward
         self._length += 1
         episode_return, episode_length = self._return.copy(), self._length.copy()
