@@ -11,13 +11,13 @@ How the next algorithms plug in, without touching the runner:
   ``num_steps`` times into an on-device replay ring buffer and runs ``num_steps * updates_per_step`` gradient
   steps on sampled batches (an ensemble of Q critics evaluated as batched matrix multiplies); ``policy`` is the
   tanh-squashed actor, whose squashed mean is what evaluation and export act with; ``metric_names`` adds
-  ``q_loss``, ``actor_loss``, ``alpha``, ...
+  ``q_loss``, ``actor_loss``, ``alpha``, ... (its :class:`Iteration`'s ``learner`` statistics)
 - MAPPO: the environment's spec carries ``num_agents`` and a ``critic`` observation group; ``iterate`` collects
   ``[T, N, agents]`` and trains a centralised critic on the critic group while ``policy`` (the per-agent actor)
   is evaluated and exported.
 - A population: one algorithm object whose parameters carry a leading ``[K]`` axis (``torch.func.stack_module_state``
-  + ``vmap``), whose ``iterate`` reports ``[K]``-shaped metrics under names ``loss/k`` and whose ``policy``
-  selects member ``k`` for evaluation; a league of opponents is a goal's baseline (:mod:`rl_gpu.train.goals`).
+  + ``vmap``), whose ``iterate`` reports an :class:`Iteration` of ``[K]`` tensors (``member(k)`` is one run's)
+  and whose ``policy`` selects member ``k`` for evaluation; a league of opponents is a goal's baseline (:mod:`rl_gpu.train.goals`).
 """
 
 from __future__ import annotations
@@ -31,14 +31,10 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from rl_gpu.algos.iteration import COLLECTION_METRICS, Collected, Iteration  # noqa: F401 -- the protocol's types
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import VecEnv
 from rl_gpu.data.rollout import Rollout
-
-COLLECTION_METRICS = ("episodes", "episode_return", "episode_length", "win_rate", "transitions")
-"""Statistics of the episodes an iteration collected: episodes that ended, their mean (learner) return and
-length, the learner's share of positive returns, and environment transitions actually taken."""
-
 
 PhaseTimer = Callable[[str], AbstractContextManager]
 """``phase(name)``: a context manager that times one phase of an iteration (``collect``, ``update``, ...)."""
@@ -106,8 +102,8 @@ class Algorithm(Protocol):
     """What the runner talks to."""
 
     metric_names: tuple[str, ...]
-    """Names of the 0-dim tensors :meth:`iterate` returns (always including :data:`COLLECTION_METRICS` and
-    ``learning_rate``)."""
+    """The names of the metrics :meth:`iterate` returns (its :class:`Iteration`'s keys), for those that want to
+    know them before the first iteration."""
     num_steps: int
     """Environment steps per iteration."""
     resume_notes: tuple[str, ...]
@@ -118,10 +114,11 @@ class Algorithm(Protocol):
     def policy(self) -> nn.Module:
         """The acting policy (:class:`ExportablePolicy`): evaluated, checkpointed as ``policy`` and exported."""
 
-    def iterate(self, *, phase: PhaseTimer = no_phase) -> dict[str, Tensor]:
-        """One iteration: collect from the bound environments, then learn. Returns ``metric_names`` -> 0-dim
-        tensors on the device, without synchronising with the host. ``phase(name)`` wraps each phase the
-        algorithm can tell apart, for the progress view's time split."""
+    def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
+        """One iteration: collect from the bound environments, then learn. Returns its statistics, 0-dim tensors
+        on the device, without synchronising with the host (a plain mapping of ``metric_names`` to tensors is
+        accepted too, read by :meth:`Iteration.of`). ``phase(name)`` wraps each phase the algorithm can tell
+        apart, for the progress view's time split."""
 
     def initial_policy(self) -> nn.Module:
         """A frozen copy of the policy as it is now (the baseline validations compare against; also the
@@ -139,7 +136,6 @@ class Algorithm(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-def collection_metrics(rollout: Rollout) -> dict[str, Tensor]:
-    """:data:`COLLECTION_METRICS` of one rollout, as 0-dim float tensors (no host synchronisation)."""
-    stats = {k: v.float() for k, v in rollout.episode_stats().items()}
-    return {**stats, "transitions": rollout.transitions().float()}
+def collection_metrics(rollout: Rollout) -> Collected:
+    """What one rollout collected, as 0-dim float tensors (no host synchronisation)."""
+    return Collected.of({**rollout.episode_stats(), "transitions": rollout.transitions()})

@@ -250,7 +250,7 @@ def bench_rollouts(cfg: BenchConfig, device: torch.device, n: int, mode: str, me
             if not storage:
                 storage.append(rollout.storage_bytes())
         else:
-            transitions = algo.iterate()["transitions"]
+            transitions = algo.iterate().collected.transitions
         # Summed on the device and read once after the timing: no host read inside timed calls.
         live = live + transitions
         calls += 1

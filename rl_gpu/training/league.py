@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from rl_gpu.algos.base import PhaseTimer, no_phase
+from rl_gpu.algos.base import Iteration, PhaseTimer, no_phase
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.opponents import StackedActors
 
@@ -249,11 +249,10 @@ class SelfPlay:
     def policy(self) -> nn.Module:
         return self.inner.policy
 
-    def iterate(self, *, phase: PhaseTimer = no_phase) -> dict[str, Tensor]:
+    def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
         self.league.before_iteration()
-        metrics = self.inner.iterate(phase=phase)
-        metrics.update(self.league.after_iteration(self.inner.last_rollout))
-        return metrics
+        result = Iteration.of(self.inner.iterate(phase=phase))
+        return result.adding(learner=self.league.after_iteration(self.inner.last_rollout))
 
     def initial_policy(self) -> nn.Module:
         return self.inner.initial_policy()

@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from rl_gpu.algos.base import PhaseTimer, no_phase
+from rl_gpu.algos.base import Iteration, PhaseTimer, no_phase
 from rl_gpu.algos.population.pbt import PBT
 from rl_gpu.algos.population.ppo import PopulationPPO
 from rl_gpu.algos.registry import algorithm_spec
@@ -69,7 +69,7 @@ class Coordinator:
         self.active = [True] * population.k
         self.waiting: set[int] = set()
         self.generation = 0
-        self.metrics: dict[str, Tensor] = {}
+        self.result: Iteration | None = None
         self.error: BaseException | None = None
         self.cond = threading.Condition()
 
@@ -79,9 +79,9 @@ class Coordinator:
     def _step(self) -> None:
         """One population iteration (the caller holds the lock)."""
         try:
-            self.metrics = self.population.iterate(self.active)
+            self.result = self.population.iterate(self.active)
             if self.pbt is not None:
-                self.pbt.after_iteration(self.metrics, self.active)
+                self.pbt.after_iteration(self.result, self.active)
                 if self.pbt.iteration % self.pbt.interval == 0:
                     self.write_lineage(self.pbt.lineage)
         except BaseException as e:  # noqa: BLE001 -- handed to every waiting trainer, which re-raises it
@@ -90,7 +90,7 @@ class Coordinator:
         self.generation += 1
         self.cond.notify_all()
 
-    def iterate(self, k: int) -> dict[str, Tensor]:
+    def iterate(self, k: int) -> Iteration:
         with self.cond:
             if self.error is not None:
                 raise RuntimeError("the population's iteration failed") from self.error
@@ -102,7 +102,7 @@ class Coordinator:
                 self.cond.wait()
             if self.error is not None:
                 raise RuntimeError("the population's iteration failed") from self.error
-            return {name: value[k] for name, value in self.metrics.items()}
+            return self.result.member(k)
 
     def leave(self, k: int) -> None:
         """Member ``k`` stopped: it is frozen, and the others no longer wait for it."""
@@ -129,7 +129,7 @@ class MemberPPO:
     def policy(self) -> nn.Module:
         return self.ppo.policy
 
-    def iterate(self, *, phase: PhaseTimer = no_phase) -> dict[str, Tensor]:
+    def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
         with phase("iterate"):
             return self.coordinator.iterate(self.index)
 

@@ -29,6 +29,7 @@ from typing import Any, Self
 import torch
 from torch import Tensor, nn
 
+from rl_gpu.algos.iteration import MetricLayout
 from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
@@ -45,13 +46,6 @@ from rl_gpu.runtime.distributed import (
     world_size,
 )
 from rl_gpu.training.signals import StopRequest
-
-SUMMED = ("episodes", "transitions")
-"""Metrics that add up over ranks."""
-
-PER_EPISODE = ("episode_return", "episode_length", "win_rate")
-"""Metrics that are means over an update's finished episodes (as are the ``reward/<term>`` ones): weighted by
-each rank's episodes."""
 
 REPEAT_WINDOW_S = 1.0
 """A second signal within this many seconds of the first counts once: a terminal's Ctrl-C reaches every
@@ -132,15 +126,16 @@ def broadcast_algorithm(algo: Any) -> None:
         broadcast_parameters_(tensors)
 
 
-def reduce_metrics(values: Tensor, names: tuple[str, ...]) -> Tensor:
-    """One update's ``[len(names)]`` metrics over every rank (one all-reduce, on the device): :data:`SUMMED`
-    summed, :data:`PER_EPISODE` and ``reward/*`` weighted by each rank's episodes, the rest averaged."""
+def reduce_metrics(values: Tensor, layout: MetricLayout) -> Tensor:
+    """One update's ``[len(layout.names)]`` metrics over every rank (one all-reduce, on the device): counts
+    summed, means over episodes weighted by each rank's episodes, the rest averaged (``layout`` says which is
+    which, :meth:`~rl_gpu.algos.iteration.Iteration.layout`)."""
     if not is_distributed():
         return values
     import torch.distributed as dist
 
-    episodes = values[names.index("episodes")]
-    per_episode, summed = _metric_kinds(names, values.device)
+    episodes = values[layout.names.index("episodes")]
+    per_episode, summed = _metric_kinds(layout, values.device)
     weight = torch.where(per_episode, episodes, torch.ones_like(values))
     packed = torch.cat([torch.where(weight > 0, values * weight, torch.zeros_like(values)), weight])
     dist.all_reduce(packed)
@@ -149,11 +144,10 @@ def reduce_metrics(values: Tensor, names: tuple[str, ...]) -> Tensor:
 
 
 @functools.lru_cache(maxsize=8)
-def _metric_kinds(names: tuple[str, ...], device: torch.device) -> tuple[Tensor, Tensor]:
-    """``(per-episode, summed)`` boolean masks over ``names``, made once per run (no copy to the device per
-    update)."""
-    per_episode = torch.tensor([n in PER_EPISODE or n.startswith("reward/") for n in names], device=device)
-    return per_episode, torch.tensor([n in SUMMED for n in names], device=device)
+def _metric_kinds(layout: MetricLayout, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(per-episode, summed)`` boolean masks over the layout's names, made once per run (no copy to the device
+    per update)."""
+    return torch.tensor(layout.per_episode, device=device), torch.tensor(layout.summed, device=device)
 
 
 def split_episodes(episodes: int) -> int:

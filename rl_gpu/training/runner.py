@@ -1,7 +1,8 @@
 """The training loop: iterate -> log -> validate -> checkpoint, one run per seed, for any algorithm.
 
-The runner talks to the algorithm only through :class:`~rl_gpu.algos.base.Algorithm` (``iterate``,
-``set_progress``, ``policy``, ``metric_names``, ``state_dict``), to the environment through
+The runner talks to the algorithm only through :class:`~rl_gpu.algos.base.Algorithm` (``iterate``, whose typed
+:class:`~rl_gpu.algos.iteration.Iteration` says how each statistic is logged and combined over processes,
+``set_progress``, ``policy``, ``state_dict``), to the environment through
 :class:`~rl_gpu.core.types.VecEnv`, and asks a goal (:mod:`rl_gpu.training.goals`) what success means.
 
 A run can stop at any moment and continue exactly: ``last.pt`` holds everything the next iteration depends on
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.algos.base import Setup
+from rl_gpu.algos.iteration import Collected, Iteration, MetricLayout
 from rl_gpu.algos.registry import make_algorithm
 from rl_gpu.core.device import resolve_device
 from rl_gpu.core.errors import UsageError
@@ -119,8 +121,9 @@ class Trainer(CheckpointMixin):
         ranks.share_start(self.algo, seed)
         self.num_steps = self.algo.num_steps
         self.reward_terms = tuple(self.env.spec.reward_terms)
-        self.metric_names = tuple(self.algo.metric_names) + tuple(f"reward/{t}" for t in self.reward_terms)
-        """What one update logs: the algorithm's metrics, then each reward term's sum per finished episode."""
+        self.layout: MetricLayout | None = None
+        """What one update logs, in the order its values travel (set by the first iteration): the algorithm's
+        metrics, then each reward term's sum per finished episode."""
         self.initial_policy = self.algo.initial_policy()
         self.state = RunState()
         """Counters and judgements (:mod:`rl_gpu.training.run_state`); checkpointed with the algorithm."""
@@ -326,7 +329,7 @@ class Trainer(CheckpointMixin):
 
     def train_one_update(self, logger: RunLogger) -> Tensor:
         """One iteration of the algorithm, without reading anything back: returns its metrics stacked on the
-        device (``[len(metric_names)]``), for :meth:`read_metrics`."""
+        device (``[len(self.layout.names)]``), for :meth:`read_metrics`."""
         budget = self.config.total_timesteps
         # Progress over a budget is the steps actually taken (a turn-based game pads finished games, so an
         # update can take fewer than step_bound), counted on the device: no read-back, and the same in a
@@ -335,13 +338,14 @@ class Trainer(CheckpointMixin):
             self.steps_taken = torch.tensor(float(self.state.global_step), dtype=torch.float64, device=self.device)
         self.algo.set_progress((self.steps_taken / budget).clamp(max=1.0) if budget
                                else self.state.update / self.config.max_updates)
-        metrics = self.algo.iterate(phase=logger.phase)
+        result = Iteration.of(self.algo.iterate(phase=logger.phase))
         if self.reward_terms:
-            metrics.update({f"reward/{k}": v for k, v in self.env.reward_term_stats().items()})
-        values = ranks.reduce_metrics(torch.stack([metrics[name].detach().float() for name in self.metric_names]),
-                                      self.metric_names)
+            result = result.adding(per_episode={f"reward/{k}": v for k, v in self.env.reward_term_stats().items()})
+        if self.layout is None:
+            self.layout = result.layout()
+        values = ranks.reduce_metrics(result.stacked(self.layout), self.layout)
         if budget:
-            self.steps_taken += values[self.metric_names.index("transitions")]
+            self.steps_taken += values[self.layout.names.index("transitions")]
         self.state.update += 1
         return values
 
@@ -355,26 +359,28 @@ class Trainer(CheckpointMixin):
         rows = torch.stack([p.values for p in pending]).cpu().tolist()
         self.state.train_seconds += time.perf_counter() - start
         seconds, self._read_seconds = self.state.train_seconds - self._read_seconds, self.state.train_seconds
-        names = self.metric_names
-        rate = sum(dict(zip(names, row))["transitions"] for row in rows) / max(seconds, 1e-9)
+        layout = self.layout
         lines = []
-        for i, (p, row) in enumerate(zip(pending, rows)):
-            values = dict(zip(names, row))
-            episodes = values.pop("episodes")
-            transitions = values.pop("transitions")
-            collected = {k: values.pop(k) for k in ("episode_return", "episode_length", "win_rate")}
-            if episodes == 0:  # an algorithm's own means over finished episodes mean nothing then
-                for name in getattr(self.algo, "per_episode_metrics", ()):
-                    values.pop(name, None)
+        collected_rows = []
+        for row in rows:
+            values = dict(zip(layout.names, row))
+            collected_rows.append((Collected(*(values.pop(k) for k in Collected._fields)), values))
+        rate = sum(c.transitions for c, _ in collected_rows) / max(seconds, 1e-9)
+        terms_named = [f"reward/{t}" for t in self.reward_terms]
+        for i, (p, (collected, values)) in enumerate(zip(pending, collected_rows)):
+            episodes, transitions = collected.episodes, collected.transitions
             # A term's mean is NaN in an update where no episode finished: left out, not a numerical fault.
-            terms = {name: value for name in [f"reward/{t}" for t in self.reward_terms]
-                     if math.isfinite(value := values.pop(name))}
+            terms = {name: value for name in terms_named if math.isfinite(value := values.pop(name))}
+            if episodes == 0:  # the algorithm's own means over finished episodes mean nothing then
+                for name, per_episode in zip(layout.names, layout.per_episode):
+                    if per_episode:
+                        values.pop(name, None)
             self.state.global_step += int(transitions)
             record = {"episodes": int(episodes), "transitions": int(transitions), **values,
                       "time": self.state.train_seconds if i == len(pending) - 1 else p.train_seconds,
                       "steps_per_second": rate}
             if episodes > 0:
-                record[self.goal.headline] = collected[self.goal.source]
+                record[self.goal.headline] = getattr(collected, self.goal.source)
             record.update(terms)
             finite = all(math.isfinite(v) for v in values.values())
             lines.append(MetricsLine(p.update, self.state.global_step, record, p.phases, finite))

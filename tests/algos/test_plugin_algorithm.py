@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from rl_gpu.algos.base import COLLECTION_METRICS, Setup, collection_metrics, no_phase
+from rl_gpu.algos.base import COLLECTION_METRICS, Iteration, Setup, collection_metrics, no_phase
 from rl_gpu.algos.registry import (
     AlgorithmSpec,
     algorithm_names,
@@ -77,7 +77,7 @@ class Toy:
             loss.backward()
             self.optimizer.step()
         lr = torch.tensor(self.optimizer.param_groups[0]["lr"], device=self.env.device)
-        return {"loss": loss.detach(), "learning_rate": lr, **collection_metrics(rollout)}
+        return Iteration(collection_metrics(rollout), lr, {"loss": loss.detach()})
 
     def initial_policy(self):
         return copy.deepcopy(self._policy).requires_grad_(False)

@@ -1,6 +1,7 @@
 """Populations: member k of a population equals seed k run alone (rollouts exactly, parameters to rounding),
 frozen members stay untouched, PBT's exploit-and-explore on hand-made cases, and benchmarks/population.py runs."""
 
+import dataclasses
 import math
 import os
 import random
@@ -210,9 +211,10 @@ def test_pbt_round_copies_weights_and_optimizer_state_and_sets_hyper_parameters(
     assert [m.initial_learning_rate for m in members] == pytest.approx([s["learning_rate"] for s in start])
     assert pop.ent_coef.tolist() == pytest.approx([s["ent_coef"] for s in start])
     assert pbt.after_iteration(pop.iterate(), [True] * 4) == []
-    metrics = pop.iterate()
+    result = pop.iterate()
     # Hand-set returns: member 2 is best, member 0 worst.
-    metrics = {**metrics, "episode_return": torch.tensor([1.0, 5.0, 9.0, 4.0]), "episodes": torch.ones(4)}
+    metrics = dataclasses.replace(result, collected=result.collected._replace(
+        episode_return=torch.tensor([1.0, 5.0, 9.0, 4.0]), episodes=torch.ones(4)))
     pbt._returns.zero_()
     pbt._episodes.zero_()
     before = pop.hyper_parameters()

@@ -2,6 +2,7 @@
 the rollout engine is :func:`collect`; ``target_kl`` as a device flag is exactly stopping the update."""
 
 import copy
+from collections.abc import Mapping
 import math
 from dataclasses import fields
 
@@ -115,8 +116,8 @@ def test_target_kl_device_flag_is_exactly_stopping(target_kl, epochs_run):
 
 
 def update_floats(metrics) -> dict[str, float]:
-    """The update's metrics as floats, from ``PPO.update`` (UpdateMetrics) or ``PPO.iterate`` (a dict)."""
-    if isinstance(metrics, dict):
+    """The update's metrics as floats, from ``PPO.update`` (UpdateMetrics) or ``PPO.iterate`` (an Iteration)."""
+    if isinstance(metrics, Mapping):
         return {k: float(metrics[k]) for k in UPDATE_METRICS}
     return metrics.as_floats()
 

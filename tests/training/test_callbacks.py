@@ -14,7 +14,6 @@ from rl_gpu.training.events import (
     Callback,
     CheckpointSaved,
     IterationDone,
-    RunEnded,
     RunStarted,
     ValidationDone,
 )

@@ -6,6 +6,7 @@ import threading
 
 import torch
 
+from rl_gpu.algos.iteration import Collected, Iteration
 from rl_gpu.training.population import Coordinator
 
 
@@ -21,7 +22,9 @@ class FakePopulation:
         self.calls.append(list(active))
         if len(self.calls) == self.fail_at:
             raise ValueError("boom")
-        return {"loss": torch.arange(self.k, dtype=torch.float32) + 100 * len(self.calls)}
+        zeros = torch.zeros(self.k)
+        return Iteration(Collected(*[zeros] * 5), zeros,
+                         {"loss": torch.arange(self.k, dtype=torch.float32) + 100 * len(self.calls)})
 
 
 def run_members(coordinator, rounds):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from rl_gpu.algos.base import Setup
+from rl_gpu.algos.base import Iteration, Setup
 from rl_gpu.algos.mappo.config import MAPPOConfig
 from rl_gpu.algos.ppo.algorithm import PPO
 from rl_gpu.algos.ppo.update import UpdateMetrics
@@ -65,8 +65,6 @@ class MAPPO(PPO):
     def __init__(self, policy, config: MAPPOConfig, *args, **kwargs) -> None:
         super().__init__(policy, config, *args, **kwargs)
         self.metric_names = (*self.metric_names, *AGENT_METRICS)
-        self.per_episode_metrics = AGENT_METRICS
-        """Metrics the run's record leaves out of an update where no episode ended."""
         self.value_normalizer: ValueNormalizer | None = None
         if getattr(config, "value_norm", False):
             self.value_normalizer = ValueNormalizer().to(self.device)
@@ -93,12 +91,13 @@ class MAPPO(PPO):
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
         return collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic, opponent_rng=opponent_rng)
 
-    def iterate(self, *args, **kwargs) -> dict:
-        """PPO's iteration, plus the team's and each agent's returns (:data:`AGENT_METRICS`)."""
-        out = super().iterate(*args, **kwargs)
+    def iterate(self, *args, **kwargs) -> Iteration:
+        """PPO's iteration, plus the team's and each agent's returns (:data:`AGENT_METRICS`, means over the
+        episodes that ended)."""
+        result = super().iterate(*args, **kwargs)
         rollout = self.last_rollout
-        out.update(agent_metrics(rollout.done, rollout.episode_return, rollout.controlled))
-        return out
+        return result.adding(
+            per_episode=agent_metrics(rollout.done, rollout.episode_return, rollout.controlled))
 
     def update(self, rollout: Rollout) -> UpdateMetrics:
         """One PPO update on the rollout's agent rows (``[T, N * M]``)."""

@@ -30,7 +30,7 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from rl_gpu.algos.base import COLLECTION_METRICS, PhaseTimer, Setup, no_phase
+from rl_gpu.algos.base import COLLECTION_METRICS, Collected, Iteration, PhaseTimer, Setup, no_phase
 from rl_gpu.algos.neurd.config import NeuRDConfig
 from rl_gpu.envs.base import TensorEnv
 from rl_gpu.envs.game_tree import GameTree
@@ -125,7 +125,7 @@ class NeuRD:
         """``[S, A]`` float64: the average policy so far (uniform before the first iteration)."""
         return normalized(self.average, self.tree.mask)
 
-    def iterate(self, *, phase: PhaseTimer = no_phase) -> dict[str, Tensor]:
+    def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
         """One iteration: evaluate the policy over the whole tree, take NeuRD's step, add the iterate to the
         average and fit the average-policy network to it."""
         tree = self.tree
@@ -134,19 +134,13 @@ class NeuRD:
             values = tree.evaluate(pi)
         with phase("update"):
             policy_loss, average_kl = self.learn(raw, pi, values.q, values.own_reach)
-        return {
-            "policy_loss": policy_loss.float(),
-            "average_kl": average_kl,
-            "game_value": values.value[0].float(),
-            "learning_rate": torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float32,
-                                          device=self.average.device),
-            # Every terminal history is evaluated once per iteration, weighted by its probability.
-            "episodes": self._terminals.float(),
-            "episode_return": values.value[0].float(),
-            "episode_length": values.game_length.float(),
-            "win_rate": values.win_rate.float(),
-            "transitions": self._transitions,
-        }
+        lr = torch.tensor(self.optimizer.param_groups[0]["lr"], dtype=torch.float32, device=self.average.device)
+        # Every terminal history is evaluated once per iteration, weighted by its probability.
+        collected = Collected(episodes=self._terminals.float(), episode_return=values.value[0].float(),
+                              episode_length=values.game_length.float(), win_rate=values.win_rate.float(),
+                              transitions=self._transitions)
+        return Iteration(collected, lr, {"policy_loss": policy_loss.float(), "average_kl": average_kl,
+                                         "game_value": values.value[0].float()})
 
     def logits_and_policy(self) -> tuple[Tensor, Tensor]:
         """The iterate's logits at every information state (``[S, A]`` float64, differentiable) and its policy

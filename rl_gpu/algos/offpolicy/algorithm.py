@@ -24,7 +24,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from rl_gpu.algos.base import COLLECTION_METRICS, PhaseTimer, no_phase
+from rl_gpu.algos.base import COLLECTION_METRICS, Collected, Iteration, PhaseTimer, no_phase
 from rl_gpu.collect.transitions import TransitionCollector, episode_metrics
 from rl_gpu.algos.offpolicy.config import OffPolicyConfig
 from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
@@ -214,10 +214,10 @@ class OffPolicyAlgorithm(LearningRateSchedule):
         self._policy.update_normalizer(obs)
         return collected, sums, state
 
-    def iterate(self, *, phase: PhaseTimer = no_phase) -> dict[str, Tensor]:
+    def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
         """One iteration: T vector steps into the buffer, then U updates once the buffer holds
-        ``learning_starts`` transitions, then the observations join the normaliser's statistics. Returns
-        :attr:`metric_names` -> 0-dim tensors on the device, without synchronising with the host."""
+        ``learning_starts`` transitions, then the observations join the normaliser's statistics. Returns its
+        statistics (0-dim tensors on the device), without synchronising with the host."""
         cfg, env, buffer = self.config, self.env, self.buffer
         random_actions = self.steps_done < cfg.learning_starts
         held = min(buffer.rows_written + self.num_steps, buffer.num_rows) * env.num_envs
@@ -247,10 +247,7 @@ class OffPolicyAlgorithm(LearningRateSchedule):
         buffer.count(self.num_steps)
         self.steps_done += self.num_steps * env.num_envs
         self.updates_done += count
-        out = self._metrics(sums, pattern)
-        out["learning_rate"] = self.lr.clone()
-        out.update(collected)
-        return out
+        return Iteration(Collected.of(collected), self.lr.clone(), self._metrics(sums, pattern))
 
     # --- checkpoints ---------------------------------------------------------------------------------------
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
-from torch import Tensor
 
+from rl_gpu.algos.iteration import Iteration
 from rl_gpu.algos.population.ppo import HYPER_PARAMETERS, PopulationPPO
 
 FRACTION = 0.25
@@ -96,11 +96,12 @@ class PBT:
         self.lineage: dict = {"interval": interval, "fraction": FRACTION, "factors": list(FACTORS),
                               "hyper_parameters": list(HYPER_PARAMETERS), "initial": start, "rounds": []}
 
-    def after_iteration(self, metrics: dict[str, Tensor], active: Sequence[bool]) -> list[Exploit]:
+    def after_iteration(self, result: Iteration, active: Sequence[bool]) -> list[Exploit]:
         """Accumulate the iteration's returns; at the end of an interval, exploit and explore among the
         ``active`` members and apply the result. Returns the exploits made (usually none)."""
-        self._returns += metrics["episode_return"] * metrics["episodes"]
-        self._episodes += metrics["episodes"]
+        collected = result.collected
+        self._returns += collected.episode_return * collected.episodes
+        self._episodes += collected.episodes
         self.iteration += 1
         if self.iteration % self.interval:
             return []

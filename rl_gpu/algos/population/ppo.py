@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from rl_gpu.algos.base import COLLECTION_METRICS
+from rl_gpu.algos.base import COLLECTION_METRICS, Collected, Iteration
 from rl_gpu.algos.optim import clip_grad_norms, fused_adam_ready, fused_adam_steps
 from rl_gpu.algos.population.stacked import StackedActor, StackedModules
 from rl_gpu.algos.ppo.algorithm import PPO, UPDATE_METRICS
@@ -205,17 +205,17 @@ class PopulationPPO:
         rollout.all_weights_one = not self.weighted
         return rollout
 
-    def iterate(self, active: Sequence[bool] | None = None) -> dict[str, Tensor]:
-        """Collect, then update the members marked ``active`` (default: all). Returns :attr:`metric_names` ->
-        ``[K]`` tensors on the device (a frozen member's entries are meaningless), without host reads."""
+    def iterate(self, active: Sequence[bool] | None = None) -> Iteration:
+        """Collect, then update the members marked ``active`` (default: all). Returns every member's statistics,
+        ``[K]`` tensors on the device (a frozen member's entries are meaningless; :meth:`Iteration.member`
+        selects one), without host reads."""
         active = [True] * self.k if active is None else list(active)
         rollout = self.collect(active)
         metrics = self.update(rollout, active)
-        metrics["learning_rate"] = torch.stack([m.lr for m in self.members]).float()
-        metrics.update(self._collection_metrics(rollout))
-        return metrics
+        return Iteration(self._collection_metrics(rollout), torch.stack([m.lr for m in self.members]).float(),
+                         metrics)
 
-    def _collection_metrics(self, rollout: Rollout) -> dict[str, Tensor]:
+    def _collection_metrics(self, rollout: Rollout) -> Collected:
         """:data:`COLLECTION_METRICS` per member (``[K]`` each), as :meth:`Rollout.episode_stats` computes them
         for one."""
         k = self.k
@@ -225,7 +225,7 @@ class PopulationPPO:
 
         stats = episode_metrics(members(rollout.done), members(rollout.episode_return),
                                 members(rollout.episode_length), dim=1)
-        return {**stats, "episodes": stats["episodes"].float(), "transitions": members(rollout.live).sum(1).float()}
+        return Collected.of({**stats, "transitions": members(rollout.live).sum(1)})
 
     def _rewards(self, rollout: Rollout) -> Tensor:
         """The rewards advantages see: with ``norm_reward``, each member's columns scaled by its own

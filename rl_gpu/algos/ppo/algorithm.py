@@ -10,7 +10,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from rl_gpu.algos.base import COLLECTION_METRICS, PhaseTimer, Setup, collection_metrics, no_phase
+from rl_gpu.algos.base import COLLECTION_METRICS, Iteration, PhaseTimer, Setup, collection_metrics, no_phase
 from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.update import (
@@ -256,11 +256,11 @@ class PPO(LearningRateSchedule):
         return self._update_body(rollout, permutations, weighted)
 
     def iterate(self, env: VecEnv | None = None, num_steps: int | None = None, *, episodic: bool | None = None,
-                opponent_rng: torch.Generator | None = None, phase: PhaseTimer = no_phase) -> dict[str, Tensor]:
+                opponent_rng: torch.Generator | None = None, phase: PhaseTimer = no_phase) -> Iteration:
         """:meth:`collect` then :meth:`update` (defaults: the bound environment): the whole hot loop. In
         ``cudagraphs`` mode the whole iteration (rollout, GAE, update, normaliser) is one CUDA graph; every random
-        number is drawn before it into the graph's static input buffers. Returns :attr:`metric_names` -> 0-dim
-        tensors on the device. ``phase(name)`` times the ``collect`` and ``update`` phases (one ``iterate`` phase
+        number is drawn before it into the graph's static input buffers. Returns its statistics (0-dim tensors on
+        the device). ``phase(name)`` times the ``collect`` and ``update`` phases (one ``iterate`` phase
         when a CUDA graph runs both)."""
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
         # Single-player continuing rollouts have every weight 1 by construction: the update skips them.
@@ -285,10 +285,8 @@ class PPO(LearningRateSchedule):
                 rollout, metrics, state = self._graph(key, body)(noise, permutations, env.state)
             env.state = state
         self.last_rollout = rollout
-        out = {name: getattr(metrics, name) for name in UPDATE_METRICS}
-        out["learning_rate"] = self.lr.clone()
-        out.update(collection_metrics(rollout))
-        return out
+        return Iteration(collection_metrics(rollout), self.lr.clone(),
+                         {name: getattr(metrics, name) for name in UPDATE_METRICS})
 
     def state_dict(self) -> dict:
         """Everything the next iteration depends on; with ``norm_reward``, the reward normaliser's running
