@@ -7,7 +7,8 @@ For HalfCheetah-v5 and Ant-v5 (Ant is skipped with a message while ``rl_gpu.envs
 at each N (4096 and 16384): the build, the first step (the first one of each model compiles MuJoCo Warp's
 kernels, minutes on a cold ``~/.cache/warp``; then the graph capture), env-only steps/s (``env.step`` with random
 actions: the engine's graph replay plus the task's torch code) and the engine alone (``engine.step``), PPO
-training steps/s (``PPO.iterate``: collect + update, as the runner calls it) and the worlds whose contacts
+training steps/s (``PPO.iterate``: collect + update, as the runner calls it), PPO's collection eager and with
+the policy half compiled (:class:`rl_gpu.collect.host.HostCollector`, what ``--compile auto`` runs) and the worlds whose contacts
 overflowed MuJoCo Warp's capacities. Then the C engine against MuJoCo Warp from the same starts with the same
 actions: the largest qpos/qvel differences after 1 and 10 steps, with the MJCF's (pyramidal) friction cone and
 with an elliptic one (Ant's feet differ with the pyramidal cone: MuJoCo Warp's plane-capsule contact frames,
@@ -18,6 +19,7 @@ a stage fails, 0 otherwise (and on a machine without CUDA, without ``--quick``: 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -111,6 +113,13 @@ def bench_env(name: str, cls, n: int, device: torch.device, args) -> None:
     sps, calls = rate(lambda: algo.iterate(), device, n * steps, max(1, args.min_calls // 8), args.budget)
     line(f"{name} N={n}: PPO training {sps:,.0f} env-steps/s (num_steps={steps}, 4 epochs x 4 minibatches; "
          f"{calls} iterations)")
+    # The host collector: PPO's collection with the policy half compiled (what --compile auto runs) and eager.
+    compiled = PPO.from_setup(dataclasses.replace(setup, compile="inductor"),
+                              PPOConfig(num_minibatches=4, update_epochs=4))
+    compiled.collect()  # compiles
+    for label, algo_c in (("eager", algo), ("compiled policy half", compiled)):
+        sps, calls = rate(algo_c.collect, device, n * steps, max(1, args.min_calls // 8), args.budget)
+        line(f"{name} N={n}: PPO collection, {label}: {sps:,.0f} env-steps/s ({calls} rollouts)")
     env.close()
 
 

@@ -20,6 +20,7 @@ from rl_gpu.algos.ppo.update import (
     draw_permutations,
     run_update,
 )
+from rl_gpu.collect import host
 from rl_gpu.collect.engine import RolloutEngine, RolloutNoise
 from rl_gpu.collect.reference import collect
 from rl_gpu.core.seeding import derive_seed
@@ -89,6 +90,7 @@ class PPO(LearningRateSchedule):
         self._engines: dict[tuple, RolloutEngine] = {}
         self._graphs: dict[tuple, GraphedFunction] = {}
         self._storage: dict[tuple, Rollout] = {}
+        self._host: dict[tuple, host.HostCollector] = {}
         self.env = env
         self.num_steps = 0
         if env is not None:
@@ -225,9 +227,16 @@ class PPO(LearningRateSchedule):
         A functional environment runs through the rollout engine into storage this object reuses: **the returned
         rollout is overwritten by the next call for the same environment** (in ``cudagraphs`` mode it is a CUDA
         graph's output); ``rollout.clone()`` keeps a copy. A host-stepped environment (``spec.functional`` False)
-        goes through :func:`~rl_gpu.collect.reference.collect` and returns fresh tensors."""
+        goes through :func:`~rl_gpu.collect.reference.collect` (compiled modes: :class:`~rl_gpu.collect.host.HostCollector`,
+        whose policy half is compiled) and returns fresh tensors."""
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
         if not env.spec.functional:
+            if self.compile != "off" and host.supports(self._policy, env):
+                key = ("host", env, num_steps, episodic)
+                if key not in self._host:
+                    self._host[key] = host.HostCollector(self._policy, env, num_steps, episodic=episodic,
+                                                         compile=self.compile)
+                return self._host[key].collect(self.policy_rng, opponent_rng)
             return collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic,
                            opponent=self.opponent, opponent_rng=opponent_rng)
         engine = self.engine(env, num_steps, episodic)
