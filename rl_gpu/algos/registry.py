@@ -49,8 +49,13 @@ class AlgorithmSpec:
     ``opponent`` and hands back its last rollout, as PPO does)."""
     self_play_only: bool = False
     """Self-play by itself (two-player games only, no goal to meet: its updates are its budget)."""
-    population: bool = False
-    """Trains ``--parallel`` populations."""
+    population: str | None = None
+    """``"module:Class"``: trains ``--parallel`` populations, ``Class(members, env)`` from K algorithms built
+    alone and one environment of their rows together, whose ``iterate(active)`` returns an
+    :class:`~rl_gpu.algos.iteration.Iteration` of ``[K]`` tensors; None: no ``--parallel``."""
+    pbt: str | None = None
+    """``"module:Class"``: population-based training over that population (``--pbt``),
+    ``Class(population, interval, seed)`` with ``after_iteration(result, active)`` and a ``lineage``."""
     torchrun: bool = True
     """Runs under torchrun with several processes."""
     step_budget: bool = True
@@ -80,8 +85,12 @@ class AlgorithmSpec:
         for what in ("config", "factory"):
             if not isinstance(getattr(self, what), str) or not _ENTRY.fullmatch(getattr(self, what)):
                 raise ValueError(f"{what} must look like 'package.module:Name', got {getattr(self, what)!r}")
-        if self.check is not None and not _ENTRY.fullmatch(self.check):
-            raise ValueError(f"check must look like 'package.module:function', got {self.check!r}")
+        for what in ("check", "population", "pbt"):
+            value = getattr(self, what)
+            if value is not None and (not isinstance(value, str) or not _ENTRY.fullmatch(value)):
+                raise ValueError(f"{what} must look like 'package.module:Name', got {value!r}")
+        if self.pbt is not None and self.population is None:
+            raise ValueError("pbt trains over a population: give population too")
         if isinstance(self.default_num_steps, bool) or not isinstance(self.default_num_steps, int) \
                 or self.default_num_steps <= 0:
             raise ValueError(f"default_num_steps must be a positive int, got {self.default_num_steps!r}")
@@ -110,6 +119,18 @@ class AlgorithmSpec:
     def build(self, setup: Any, config: Any) -> Any:
         """The algorithm bound to ``setup`` (:class:`~rl_gpu.algos.base.Setup`) with hyper-parameters ``config``."""
         return load_entry(self.factory).from_setup(setup, config)
+
+    def build_population(self, members: list, env: Any) -> Any:
+        """The ``--parallel`` population of ``members`` (``ValueError`` when they cannot be one)."""
+        if self.population is None:
+            raise ValueError(f"--algo {self.name} trains no populations")
+        return load_entry(self.population)(members, env)
+
+    def build_pbt(self, population: Any, interval: int, seed: int) -> Any:
+        """Population-based training over ``population`` (``--pbt``)."""
+        if self.pbt is None:
+            raise ValueError(f"--algo {self.name} has no population-based training")
+        return load_entry(self.pbt)(population, interval, seed)
 
     def check_run(self, config: Any) -> None:
         """Refuse a configuration (``TrainConfig``) this algorithm cannot train, naming the flag: the
@@ -176,7 +197,8 @@ def make_algorithm(name: str, setup: Any, config: Any) -> Any:
 register_algorithm(AlgorithmSpec(
     name="ppo", config="rl_gpu.algos.ppo.config:PPOConfig", factory="rl_gpu.algos.ppo.algorithm:PPO",
     summary="proximal policy optimisation (on-policy; discrete or continuous actions)",
-    self_play=True, population=True, policies=True, flag_needs=(("norm_reward_clip", "norm_reward"),)))
+    self_play=True, population="rl_gpu.algos.population.ppo:PopulationPPO", pbt="rl_gpu.algos.population.pbt:PBT",
+    policies=True, flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
     name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
     summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1,

@@ -1,5 +1,6 @@
-"""``rl-gpu train --parallel``: every seed of a run trained at once in one process, as one
-:class:`~rl_gpu.algos.population.ppo.PopulationPPO` (and, with ``--pbt``, population-based training over it).
+"""``rl-gpu train --parallel``: every seed of a run trained at once in one process, as the population its
+algorithm's spec names (PPO's: :class:`~rl_gpu.algos.population.ppo.PopulationPPO`) and, with ``--pbt``, the
+population-based training it names over it.
 
 Each seed keeps the whole of a lone run: a :class:`~rl_gpu.training.runner.Trainer` with its own environment,
 PPO, validations, early stop, checkpoints and summary in ``OUTPUT/seed-N/`` (the same files, in the same format,
@@ -25,8 +26,6 @@ from typing import Any
 from torch import Tensor, nn
 
 from rl_gpu.algos.base import Iteration, PhaseTimer, no_phase
-from rl_gpu.algos.population.pbt import PBT
-from rl_gpu.algos.population.ppo import PopulationPPO
 from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
@@ -62,7 +61,7 @@ class Coordinator:
     """The barrier between the member trainers and the population: :meth:`iterate` returns member ``k``'s
     metrics of the next population iteration, run once every active member has asked for it."""
 
-    def __init__(self, population: PopulationPPO, pbt: PBT | None, lineage: Callable[[dict], None]) -> None:
+    def __init__(self, population: Any, pbt: Any, lineage: Callable[[dict], None]) -> None:
         self.population = population
         self.pbt = pbt
         self.write_lineage = lineage
@@ -161,9 +160,12 @@ class MemberTrainer(Trainer):
 
 def check_population(config: TrainConfig) -> None:
     """Refuse what a population cannot run, before anything is written."""
-    if not algorithm_spec(config.algo).population:
+    spec = algorithm_spec(config.algo)
+    if not spec.population:
         raise UsageError(f"--parallel trains populations of PPO only, not --algo {config.algo}: without "
                          "--parallel the seeds run one after another")
+    if config.pbt and not spec.pbt:
+        raise UsageError(f"--pbt: --algo {config.algo} has no population-based training")
     if config.self_play:
         raise UsageError("--parallel and --self-play cannot be combined: a population's members play "
                          "uniform-random opponents")
@@ -204,11 +206,13 @@ def train_population(config: TrainConfig, log: Callable[[str], None] = print, st
                          "stepping every seed's rows as one batch does not keep apart; run the seeds without "
                          "--parallel")
     stepper = trainers[0].make_env(config.num_envs * k, 0)
+    spec = algorithm_spec(config.algo)
     try:
-        population = PopulationPPO([t.algo for t in trainers], stepper)
+        population = spec.build_population([t.algo for t in trainers], stepper)
     except ValueError as e:
         raise UsageError(f"--parallel: {e}") from None
-    pbt = PBT(population, config.pbt_interval, derive_seed(config.seeds[0], "pbt")) if config.pbt else None
+    pbt = (spec.build_pbt(population, config.pbt_interval, derive_seed(config.seeds[0], "pbt")) if config.pbt
+           else None)
 
     def write_lineage(lineage: dict) -> None:
         atomic_write_json(config.output / PBT_FILE, {"seeds": list(config.seeds), **lineage})

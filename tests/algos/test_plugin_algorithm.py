@@ -174,7 +174,7 @@ def test_its_flags_and_refusals_come_from_its_spec(toy, tmp_path, train, call_ma
 
 def test_the_spec_is_checked_when_registered():
     for bad in [dict(name="Toy"), dict(config="not an entry"), dict(default_num_steps=0),
-                dict(compile_modes=("inductor",))]:
+                dict(compile_modes=("inductor",)), dict(population=True), dict(pbt="some.module:PBT")]:
         with pytest.raises(ValueError):
             dataclasses.replace(SPEC, **bad)
     register_algorithm(SPEC)
