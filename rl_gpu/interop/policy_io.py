@@ -143,6 +143,8 @@ class LoadedPolicy:
         self.device = device
         self.env_id: str | None = payload.get("env_id")
         self.obs_dim = int(policy.obs_dim)
+        self.obs_shape = tuple(getattr(policy, "obs_shape", (self.obs_dim,)))
+        """One observation's shape (``[obs_dim]`` for flat ones); ``act`` takes ``[N, *obs_shape]`` too."""
         self.is_continuous = bool(policy.is_continuous)
         self.num_actions = None if self.is_continuous else int(policy.num_actions)
         self.action_dim = int(policy.action_dim) if self.is_continuous else None
@@ -160,8 +162,11 @@ class LoadedPolicy:
                 from None
         if dtype == torch.bool and tensor.dtype != torch.bool:
             raise ValueError(f"{name} must be bool (True = legal), got {tensor.dtype}")
-        if tensor.dtype == torch.bool and dtype != torch.bool or tensor.is_complex():
+        if tensor.is_complex():
             raise ValueError(f"{name} must be real numbers, got {tensor.dtype}")
+        shape = self.obs_shape if name == "obs" else (size,)
+        if len(shape) > 1 and tensor.ndim >= len(shape) and tuple(tensor.shape[tensor.ndim - len(shape):]) == shape:
+            tensor = tensor.reshape(*tensor.shape[:tensor.ndim - len(shape)], size)   # frames, flattened
         if tensor.ndim not in (1, 2) or tensor.shape[-1] != size:
             raise ValueError(f"{name} must have shape [N, {size}] or [{size}], got {list(tensor.shape)}")
         return tensor.to(dtype), tensor.ndim == 1
@@ -169,7 +174,8 @@ class LoadedPolicy:
     @torch.no_grad()
     def act(self, obs: Any, mask: Any = None, deterministic: bool = True,
             generator: torch.Generator | None = None) -> Any:
-        """Actions for observations ``obs`` (``[N, O]`` or one ``[O]``; a tensor, a numpy array or a list).
+        """Actions for observations ``obs`` (``[N, O]`` or one ``[O]``, or ``[N, *obs_shape]`` frames; a tensor, a
+        numpy array or a list; bool observations count as 0 and 1).
 
         ``mask`` (discrete policies, ``[N, A]`` or ``[A]``, True = legal) restricts the choice to legal
         actions. ``deterministic``: the most probable action (the Gaussian's mean for continuous actions),

@@ -263,7 +263,10 @@ def policy_for_env(
     """A fresh actor-critic sized for an environment's :class:`~rl_gpu.core.types.EnvSpec` (flat
     observations); with a ``critic`` observation group, the critic reads ``concat(policy obs, critic obs)``.
     ``kind``: a registered policy kind (:mod:`rl_gpu.nn.kinds`) to build instead; ``auto``: categorical for
-    discrete actions, Gaussian for continuous ones."""
+    discrete actions, Gaussian for continuous ones, and the ``composed`` kind (:mod:`rl_gpu.nn.composed`: a CNN
+    for frames) for observations that are not vectors."""
+    if kind == "auto" and len(spec.obs_shape) != 1 and "critic" not in spec.obs_groups:
+        kind = "composed"  # observations that are not vectors need an encoder (frames: a CNN)
     if kind != "auto":
         from rl_gpu.nn.kinds import policy_kind
 

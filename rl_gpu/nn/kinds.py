@@ -43,7 +43,7 @@ class PolicyKind:
     required: tuple[str, ...]
     """The entries its config must hold."""
     actions: str
-    """``"discrete"`` or ``"continuous"``."""
+    """``"discrete"``, ``"continuous"`` or ``"any"`` (a kind whose head follows the environment's actions)."""
     for_env: str | None = None
     """``"module:function"``: ``function(spec, hidden_sizes, normalize_obs, init_log_std)`` -> a fresh policy for an
     environment (what ``--policy NAME`` trains); None: built by its algorithm only (off-policy actors)."""
@@ -64,8 +64,8 @@ class PolicyKind:
         missing = [k for k in self.required if k not in self.keys]
         if missing:
             raise ValueError(f"required entries {missing} are not among the keys")
-        if self.actions not in ("discrete", "continuous"):
-            raise ValueError(f"actions must be 'discrete' or 'continuous', got {self.actions!r}")
+        if self.actions not in ("discrete", "continuous", "any"):
+            raise ValueError(f"actions must be 'discrete', 'continuous' or 'any', got {self.actions!r}")
 
     def build(self, config: Mapping[str, Any]) -> Any:
         """The policy ``config`` describes (its ``kind`` entry aside)."""
@@ -76,7 +76,7 @@ class PolicyKind:
         """A fresh policy for environments of ``spec``; ``ValueError`` when this kind cannot act there."""
         if self.for_env is None:
             raise ValueError(f"policy kind {self.name!r} is built by its own algorithm, not chosen with --policy")
-        if spec.is_continuous != (self.actions == "continuous"):
+        if self.actions != "any" and spec.is_continuous != (self.actions == "continuous"):
             theirs = "continuous" if spec.is_continuous else "discrete"
             raise ValueError(f"policy kind {self.name!r} takes {self.actions} actions; the environment's are "
                              f"{theirs}")
@@ -130,3 +130,9 @@ register_policy_kind(PolicyKind(
 register_policy_kind(PolicyKind(
     "deterministic", "rl_gpu.nn.squashed:DeterministicActor", {**_SQUASHED, "exploration_noise": float},
     ("obs_dim", "action_dim", "action_low", "action_high"), "continuous", None, "TD3's deterministic actor"))
+register_policy_kind(PolicyKind(
+    "composed", "rl_gpu.nn.composed:ComposedActorCritic",
+    {"obs_shape": list, "num_actions": int, "action_dim": int, "hidden_sizes": list, "channels": list,
+     "memory_size": int, "normalize_obs": bool, "init_log_std": float},
+    ("obs_shape",), "any", "rl_gpu.nn.composed:composed_for_env",
+    "encoder (CNN for bool/uint8 [H, W, C] frames, else MLP) + optional GRU memory + head, and its own critic"))

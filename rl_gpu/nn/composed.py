@@ -1,0 +1,198 @@
+"""A policy composed of parts: an encoder chosen from the observation's shape, optional memory, an action head,
+and a critic of its own (encoder, memory, value layer): the ``composed`` policy kind.
+
+Shape legend: T = steps, N = rows, O = observation shape, F = features, H = memory size, A = discrete actions,
+D = continuous action dimensions.
+
+- Encoder (:mod:`rl_gpu.nn.encoders`): ``[H, W, C]`` frames with ``channels`` given -> a CNN; anything else ->
+  an MLP over the flattened observation. bool/uint8 observations stay so in storage and become float32 here.
+- Memory (``memory_size`` H > 0): a GRU cell after each encoder; the state is explicit, ``[N, 2, H]`` (the
+  actor's and the critic's), an input and an output of every step (:mod:`rl_gpu.nn.memory`'s protocol).
+- Head (:mod:`rl_gpu.nn.heads`): masked categorical or diagonal Gaussian.
+
+Without memory it is a feed-forward actor-critic with the interface every algorithm uses (``act``, ``evaluate``,
+``value``, ``update_normalizer``, ``config``, ``export_module``); with memory it also offers ``initial_state``,
+``act_with_state``, ``value_with_state`` and :meth:`ComposedActorCritic.evaluate_sequence`, which replays a
+rollout's ``[T, N]`` steps from its recorded starting state, resetting the state where episodes restarted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from rl_gpu.core.types import EnvSpec, PolicyOutput
+from rl_gpu.nn.deploy import DeployedActor
+from rl_gpu.nn.encoders import make_encoder
+from rl_gpu.nn.heads import make_head
+from rl_gpu.nn.layers import layer_init
+from rl_gpu.nn.normalization import RunningMeanStd, to_float
+
+
+class ComposedActorCritic(nn.Module):
+    """encoder -> [memory] -> head, and encoder -> [memory] -> value (see the module docstring).
+
+    Args:
+        obs_shape: O.
+        num_actions: A (discrete actions) or 0.
+        action_dim: D (continuous actions) or 0.
+        hidden_sizes: the encoders' layer widths (after the convolutions, for a CNN).
+        channels: a CNN's 3x3 convolutions (``[H, W, C]`` frames only); empty: an MLP encoder.
+        memory_size: H, the GRU state of each branch; 0: no memory.
+        normalize_obs: running observation statistics (flattened) in front of both encoders.
+        init_log_std: a Gaussian head's initial log standard deviation.
+    """
+
+    def __init__(self, obs_shape: Sequence[int], num_actions: int = 0, action_dim: int = 0,
+                 hidden_sizes: Sequence[int] = (64, 64), channels: Sequence[int] = (), memory_size: int = 0,
+                 normalize_obs: bool = False, init_log_std: float = 0.0) -> None:
+        super().__init__()
+        self.obs_shape = tuple(int(s) for s in obs_shape)
+        if not self.obs_shape or any(s <= 0 for s in self.obs_shape) or any(h <= 0 for h in hidden_sizes) \
+                or memory_size < 0:
+            raise ValueError(f"obs_shape and hidden sizes must be positive and memory_size >= 0, got "
+                             f"{self.obs_shape}, {tuple(hidden_sizes)}, {memory_size}")
+        self.obs_dim = math.prod(self.obs_shape)
+        self.num_actions, self.action_dim = int(num_actions), int(action_dim)
+        self.hidden_sizes, self.channels = tuple(hidden_sizes), tuple(channels)
+        self.memory_size, self.normalize_obs, self.init_log_std = memory_size, normalize_obs, init_log_std
+        self.obs_rms = RunningMeanStd(self.obs_dim) if normalize_obs else None
+        self.actor_encoder = make_encoder(self.obs_shape, hidden_sizes, channels)
+        self.critic_encoder = make_encoder(self.obs_shape, hidden_sizes, channels)
+        features = self.actor_encoder.out_size
+        self.actor_memory = nn.GRUCell(features, memory_size) if memory_size else None
+        self.critic_memory = nn.GRUCell(features, memory_size) if memory_size else None
+        out = memory_size or features
+        self.head = make_head(out, num_actions, action_dim, init_log_std)
+        self.value_layer = layer_init(nn.Linear(out, 1), gain=1.0)
+        self.is_continuous = self.head.is_continuous
+
+    @property
+    def is_recurrent(self) -> bool:
+        return self.memory_size > 0
+
+    # --- the parts, row by row --------------------------------------------------------------------------
+
+    def preprocess(self, obs: Tensor) -> Tensor:
+        """``obs`` as float32, normalised by the running statistics when enabled (flattened, then reshaped)."""
+        x = to_float(obs)
+        if self.obs_rms is None:
+            return x
+        lead = x.shape[:x.dim() - len(self.obs_shape)] if tuple(x.shape[-len(self.obs_shape):]) == self.obs_shape \
+            else x.shape[:-1]
+        return self.obs_rms(x.reshape(*lead, self.obs_dim))
+
+    def _features(self, obs: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """``(actor features, critic features, next state)`` for ``[N, *O]`` observations."""
+        x = self.preprocess(obs)
+        a, c = self.actor_encoder(x), self.critic_encoder(x)
+        if self.memory_size == 0:
+            return a, c, None
+        if state is None:
+            raise ValueError("this policy has memory: call act_with_state / value_with_state with its state "
+                             "(initial_state(n) for fresh episodes)")
+        a = self.actor_memory(a, state[:, 0])
+        c = self.critic_memory(c, state[:, 1])
+        return a, c, torch.stack([a, c], dim=1)
+
+    def _no_memory(self, what: str) -> None:
+        if self.memory_size:
+            raise ValueError(f"this policy has memory: use {what}_with_state")
+
+    # --- the feed-forward interface ---------------------------------------------------------------------
+
+    def act(self, obs: Tensor, action_mask: Tensor | None = None, generator: torch.Generator | None = None,
+            deterministic: bool = False, noise: Tensor | None = None, critic_obs: Tensor | None = None
+            ) -> PolicyOutput:
+        """One action per row of ``[N, *O]`` observations (sampled from ``noise`` when given)."""
+        self._no_memory("act")
+        out, _ = self.act_with_state(obs, None, action_mask, generator, deterministic, noise)
+        return out
+
+    def evaluate(self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None,
+                 critic_obs: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(log_prob [N], entropy [N], value [N])`` of given actions (feed-forward policies; with memory,
+        :meth:`evaluate_sequence`)."""
+        self._no_memory("evaluate_sequence: evaluate")
+        a, c, _ = self._features(obs, None)
+        return (*self.head.log_prob_entropy(a, action, action_mask), self.value_layer(c).squeeze(-1))
+
+    def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
+        self._no_memory("value")
+        return self.value_with_state(obs, None)
+
+    def update_normalizer(self, obs: Tensor, weight: Tensor | None = None, critic_obs: Tensor | None = None) -> None:
+        """Merge observations (``[..., *O]``, rows weighted by ``weight``) into the running statistics."""
+        if self.obs_rms is not None:
+            x = to_float(obs)
+            self.obs_rms.update(x.reshape(*x.shape[:x.dim() - len(self.obs_shape)], self.obs_dim), weight)
+
+    # --- memory -------------------------------------------------------------------------------------------
+
+    def initial_state(self, num_envs: int) -> Tensor:
+        """``[N, 2, H]`` zeros: the state of fresh episodes."""
+        return torch.zeros(num_envs, 2, self.memory_size, device=self.value_layer.weight.device)
+
+    def act_with_state(self, obs: Tensor, state: Tensor | None, action_mask: Tensor | None = None,
+                       generator: torch.Generator | None = None, deterministic: bool = False,
+                       noise: Tensor | None = None, critic_obs: Tensor | None = None) -> tuple[PolicyOutput, Tensor]:
+        """One decision, and the state after ``obs`` was seen (None without memory)."""
+        a, c, after = self._features(obs, state)
+        action, log_prob = self.head.act(a, action_mask, generator, deterministic, noise)
+        return PolicyOutput(action, log_prob, self.value_layer(c).squeeze(-1)), after
+
+    def value_with_state(self, obs: Tensor, state: Tensor | None, critic_obs: Tensor | None = None) -> Tensor:
+        """``[N]`` V(obs) for a policy in ``state`` (the state before ``obs``)."""
+        _, c, _ = self._features(obs, state)
+        return self.value_layer(c).squeeze(-1)
+
+    def evaluate_sequence(self, obs: Tensor, action: Tensor, action_mask: Tensor | None, state0: Tensor,
+                          starts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(log_prob, entropy, value)``, each ``[T, N]``, of a rollout's steps replayed from ``state0``
+        (``[N, 2, H]``, the state before step 0); ``starts`` ``[T, N]`` bool: an episode starts at step t (its
+        state is the initial one there, as the collector reset it)."""
+        initial = self.initial_state(obs.shape[1])
+        state, out = state0, []
+        for t in range(obs.shape[0]):
+            state = torch.where(starts[t][:, None, None], initial, state)
+            a, c, state = self._features(obs[t], state)
+            mask = None if action_mask is None else action_mask[t]
+            out.append((*self.head.log_prob_entropy(a, action[t], mask), self.value_layer(c).squeeze(-1)))
+        return tuple(torch.stack(x) for x in zip(*out))
+
+    # --- checkpoints and export ---------------------------------------------------------------------------
+
+    def config(self) -> dict:
+        """Constructor arguments, enough to rebuild the network from a checkpoint."""
+        sizes = {"action_dim": self.action_dim, "init_log_std": self.init_log_std} if self.is_continuous \
+            else {"num_actions": self.num_actions}
+        # Entries of a part it does not have are left out (a checkpoint's sizes are positive integers).
+        parts = {**({"channels": list(self.channels)} if self.channels else {}),
+                 **({"memory_size": self.memory_size} if self.memory_size else {})}
+        return {"kind": "composed", "obs_shape": list(self.obs_shape), **sizes,
+                "hidden_sizes": list(self.hidden_sizes), **parts, "normalize_obs": self.normalize_obs}
+
+    def export_module(self) -> DeployedActor:
+        """The deterministic action from flat ``[N, prod(O)]`` observations as plain PyTorch, the normaliser
+        folded in (feed-forward policies)."""
+        if self.memory_size:
+            raise ValueError("exporting a policy with memory (state inputs and outputs) is not built yet")
+        actor = nn.Sequential(self.actor_encoder.deploy_layers(), self.head.deploy_layers())
+        sizes = {"action_dim": self.action_dim} if self.is_continuous else {"num_actions": self.num_actions}
+        return DeployedActor(actor, self.obs_dim, obs_rms=self.obs_rms, **sizes)
+
+
+def composed_for_env(spec: EnvSpec, hidden_sizes: Sequence[int], normalize_obs: bool,
+                     init_log_std: float) -> ComposedActorCritic:
+    """``--policy composed``: MinAtar's CNN (one 3x3 convolution of 16 channels) for ``[H, W, C]`` frames, an
+    MLP otherwise; the hidden sizes are the run's."""
+    if "critic" in spec.obs_groups:
+        raise ValueError("policy kind 'composed' has no critic observation group yet: use --policy auto")
+    frames = len(spec.obs_shape) == 3
+    sizes = {"action_dim": spec.action_size, "init_log_std": init_log_std} if spec.is_continuous \
+        else {"num_actions": spec.num_actions}
+    return ComposedActorCritic(spec.obs_shape, hidden_sizes=hidden_sizes, channels=(16,) if frames else (),
+                               normalize_obs=normalize_obs, **sizes)

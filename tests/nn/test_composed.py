@@ -1,0 +1,142 @@
+"""The composed policy (encoder + optional memory + head, its own critic): frames get a CNN and stay bool in the
+rollout, it learns what only the frame's layout says, trains, evaluates, loads and exports through the command
+line; with memory, the state resets exactly where episodes restart, and replaying a rollout's sequence from its
+recorded state gives back the log-probabilities and values it was collected with."""
+
+import json
+from typing import NamedTuple
+
+import pytest
+import torch
+
+from rl_gpu import make
+from rl_gpu.algos.ppo import PPO, PPOConfig
+from rl_gpu.collect.reference import collect
+from rl_gpu.envs.base import TensorEnv
+from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.nn.composed import ComposedActorCritic
+from rl_gpu.nn.encoders import CNNEncoder, MLPEncoder
+
+
+class Dot(NamedTuple):
+    cell: torch.Tensor
+    """[N] int64 in 0..24: where the dot is on a 5x5 board."""
+
+
+class DotEnv(TensorEnv[Dot]):
+    """A dot on a 5x5 board (channel 0; channel 1 is all ones): say whether it is in the left two columns
+    (action 0), the middle one (1) or the right two (2); reward 1 if right. Episodes of 4 steps."""
+
+    obs_shape = (5, 5, 2)
+    num_actions = 3
+    max_episode_steps = 4
+    obs_dtype = torch.bool
+
+    def _sample_initial_state(self, n, g):
+        return Dot(torch.randint(0, 25, (n,), generator=g, device=self.device))
+
+    def _transition(self, s, a):
+        column = s.cell % 5
+        answer = torch.where(column < 2, 0, torch.where(column == 2, 1, 2))
+        return Dot((s.cell * 7 + 3) % 25), (a == answer).float(), torch.zeros_like(a, dtype=torch.bool)
+
+    def _observe(self, s):
+        board = torch.zeros(s.cell.shape[0], 25, dtype=torch.bool, device=self.device)
+        board[torch.arange(s.cell.shape[0], device=self.device), s.cell] = True
+        return torch.stack([board.view(-1, 5, 5), torch.ones_like(board).view(-1, 5, 5)], dim=-1)
+
+
+def test_frames_get_a_cnn_vectors_an_mlp_and_both_take_flat_inputs():
+    env = DotEnv(8, seed=0)
+    policy = policy_for_env(env.spec, (32,))
+    assert isinstance(policy, ComposedActorCritic) and isinstance(policy.actor_encoder, CNNEncoder)
+    assert policy.config() == {"kind": "composed", "obs_shape": [5, 5, 2], "num_actions": 3, "hidden_sizes": [32],
+                               "channels": [16], "normalize_obs": False}
+    obs = env.observe().obs
+    assert obs.dtype == torch.bool
+    out = policy.act(obs, deterministic=True)
+    flat = policy.act(obs.reshape(8, -1), deterministic=True)
+    assert torch.equal(out.action, flat.action) and torch.equal(out.value, flat.value)
+    assert torch.equal(policy.export_module()(obs.reshape(8, -1).float()), out.action)
+    vector = ComposedActorCritic((3, 4), action_dim=2, hidden_sizes=(8,))
+    assert isinstance(vector.actor_encoder, MLPEncoder) and vector.is_continuous
+    assert vector.act(torch.randn(6, 3, 4)).action.shape == (6, 2)
+    with pytest.raises(ValueError, match="leave nothing of 5x5"):
+        ComposedActorCritic((5, 5, 2), num_actions=3, channels=(4, 4, 4))
+
+
+def test_the_cnn_learns_where_the_dot_is():
+    torch.manual_seed(0)
+    env = DotEnv(64, seed=1)
+    algo = PPO(policy_for_env(env.spec, (64,)), PPOConfig(num_minibatches=4, update_epochs=4), 2.5e-3, seed=0,
+               env=env, num_steps=16)
+    returns = [float(algo.iterate()["episode_return"]) for _ in range(25)]
+    assert algo.last_rollout.obs.dtype == torch.bool  # frames stay bool in storage
+    assert returns[0] < 2.0 and max(returns[-3:]) > 3.5, returns  # chance: 4/3 of 4 steps; perfect: 4
+
+
+def test_it_trains_evaluates_loads_and_exports_through_the_cli(tmp_path, call_main):
+    import rl_gpu
+    from rl_gpu.cli.evaluate import main as evaluate
+    from rl_gpu.cli.export import main as export
+    from rl_gpu.cli.train import main as train
+
+    code, _, err = call_main(train, "--env", f"{__name__}:DotEnv", "--num-envs", "16", "--num-steps", "8",
+                             "--max-updates", "2", "--eval-every", "1", "--eval-episodes", "8",
+                             "--final-eval-episodes", "8", "--solve-threshold", "1e9", "--min-updates", "1",
+                             "--hidden-sizes", "16", "--device", "cpu", "--quiet", "--output", tmp_path / "run")
+    assert code == 1, err  # the goal is out of reach: every file written, exit 1
+    best = tmp_path / "run" / "seed-11" / "best.pt"
+    assert json.loads((tmp_path / "run" / "seed-11" / "config.json").read_text())["policy"] == "auto"
+    code, out, err = call_main(evaluate, best, "--episodes", "4", "--device", "cpu", "--trust-env",
+                               f"{__name__}:DotEnv")
+    assert code == 0 and "mean return" in out, err
+    loaded = rl_gpu.load(best)
+    assert isinstance(loaded.policy, ComposedActorCritic)
+    obs = DotEnv(8, seed=5).observe().obs
+    code, _, err = call_main(export, best, "--format", "torchscript", "--output", tmp_path / "policy.pt")
+    assert code == 0, err
+    scripted = torch.jit.load(str(tmp_path / "policy.pt"))
+    assert torch.equal(scripted(obs.reshape(8, -1).float()), loaded.act(obs))
+
+
+def _memory_policy():
+    torch.manual_seed(0)
+    return ComposedActorCritic((4,), num_actions=2, hidden_sizes=(8,), memory_size=6)
+
+
+def test_memory_resets_exactly_on_the_rows_that_restart():
+
+    env = make("CartPole-v1", num_envs=6, device="cpu", seed=0, max_episode_steps=5)
+    policy = _memory_policy()
+    rollout = collect(policy, env, 12, torch.Generator().manual_seed(1))
+    assert torch.equal(rollout.policy_state0, policy.initial_state(6))
+    done = rollout.terminated | rollout.truncated
+    assert bool(done.any()) and not bool(done.all())
+    # Replay step by step: the state is the initial one after a row's episode ended, and carried elsewhere.
+    state = rollout.policy_state0
+    for t in range(12):
+        out, after = policy.act_with_state(rollout.obs[t], state, deterministic=True)
+        torch.testing.assert_close(out.value, rollout.value[t])
+        state = torch.where(done[t][:, None, None], policy.initial_state(6), after)
+    torch.testing.assert_close(state, rollout.policy_state)
+    with pytest.raises(ValueError, match="has memory"):
+        policy.act(rollout.obs[0])
+    with pytest.raises(ValueError, match="not built yet"):
+        policy.export_module()
+
+
+def test_a_sequence_replayed_from_its_recorded_state_gives_back_its_log_probs_and_values():
+
+    env = make("CartPole-v1", num_envs=5, device="cpu", seed=2, max_episode_steps=4)
+    policy = _memory_policy()
+    rollout = collect(policy, env, 10, torch.Generator().manual_seed(3))
+    done = rollout.terminated | rollout.truncated
+    starts = torch.cat([torch.zeros_like(done[:1]), done[:-1]])
+    log_prob, entropy, value = policy.evaluate_sequence(rollout.obs, rollout.action, rollout.action_mask,
+                                                        rollout.policy_state0, starts)
+    torch.testing.assert_close(log_prob, rollout.log_prob)  # ratio 1 on the first epoch
+    torch.testing.assert_close(value, rollout.value)
+    assert entropy.shape == (10, 5) and bool((entropy > 0).all())
+    log_prob.sum().backward()  # through time, into the memory's weights
+    assert policy.actor_memory.weight_hh.grad.abs().sum() > 0
