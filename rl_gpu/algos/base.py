@@ -67,6 +67,9 @@ class Setup:
     """Continuous actions: initial log standard deviation of a Gaussian policy."""
     policy: str = "auto"
     """The policy kind to build (:mod:`rl_gpu.nn.kinds`), for algorithms that take any (``auto``: their own)."""
+    memory_size: int = 0
+    """A policy with memory, for algorithms that take any policy: GRU units after each encoder of the composed
+    policy (:mod:`rl_gpu.nn.composed`); 0: none."""
     compile: str = "off"
     """``off``, ``inductor`` or ``cudagraphs`` (already resolved for the device)."""
     opponent: Callable[[nn.Module], Any] | None = None

@@ -149,7 +149,14 @@ class AlgorithmSpec:
                    (config.compile not in ("auto", *self.compile_modes), f"--compile {config.compile}",
                     f"its modes are {', '.join(self.compile_modes)}"),
                    (config.policy != "auto" and not self.policies, f"--policy {config.policy}",
+                    "it builds its own networks"),
+                   (config.memory != "none" and not self.policies, f"--memory {config.memory}",
                     "it builds its own networks")]
+        if config.memory != "none":
+            refused += [(config.self_play, f"--self-play with --memory {config.memory}",
+                         "a policy with memory trains on single-player tasks for now"),
+                        (config.parallel, f"--parallel with --memory {config.memory}",
+                         "a population stacks the built-in actor-critics")]
         if config.policy != "auto":
             refused += [(config.self_play, f"--self-play with --policy {config.policy}",
                          "the league's opponents are the built-in actor-critics"),

@@ -23,6 +23,7 @@ NEEDS: dict[str, tuple[str, str]] = {
     "baseline_share": ("self_play", "--self-play"),
     "pbt": ("parallel", "--parallel"),
     "pbt_interval": ("pbt", "--pbt"),
+    "memory_size": ("uses_memory", "--memory gru"),
 }
 """Training flags that do something only with another setting on: ``flag field -> (field, flag)``."""
 
@@ -35,7 +36,7 @@ NOT_ON_RESUME = {
 
 EVERY_MODE = frozenset({
     "env", "algo", "output", "seeds", "parallel", "num_envs", "num_steps", "learning_rate", "anneal_lr",
-    "hidden_sizes", "policy", "normalize_obs", "init_log_std", "min_updates", "max_updates", "total_timesteps",
+    "hidden_sizes", "policy", "memory", "normalize_obs", "init_log_std", "min_updates", "max_updates", "total_timesteps",
     "eval_every", "eval_episodes", "final_eval_episodes", "consecutive_passes", "success_z", "solve_threshold",
     "deterministic_eval", "device", "threads", "compile", "overwrite", "config", "resume", "checkpoint_every",
     "log_every", "quiet", "self_play", "algo_params",

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from rl_gpu.core.device import check_device
 from rl_gpu.nn.cpu_kernels import use_cpu_kernels
 from rl_gpu.nn.kinds import policy_kind, policy_kind_names
+from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.runtime.checkpoint import CheckpointError, load_checkpoint, policy_part
 
 def _unusable(path: Path, why: str) -> CheckpointError:
@@ -146,6 +147,8 @@ class LoadedPolicy:
         self.obs_shape = tuple(getattr(policy, "obs_shape", (self.obs_dim,)))
         """One observation's shape (``[obs_dim]`` for flat ones); ``act`` takes ``[N, *obs_shape]`` too."""
         self.is_continuous = bool(policy.is_continuous)
+        self.is_recurrent = is_recurrent(policy)
+        """The policy has memory: it acts through :meth:`act_with_state`."""
         self.num_actions = None if self.is_continuous else int(policy.num_actions)
         self.action_dim = int(policy.action_dim) if self.is_continuous else None
 
@@ -181,14 +184,47 @@ class LoadedPolicy:
         actions. ``deterministic``: the most probable action (the Gaussian's mean for continuous actions),
         else a sample drawn with ``generator``. Returns ``[N]`` int64 (discrete) or ``[N, D]`` float32
         actions, ``[]`` / ``[D]`` for one observation, as a numpy array when ``obs`` is one, else a tensor on
-        ``device``.
+        ``device``. A policy with memory acts through :meth:`act_with_state`.
         """
+        if self.is_recurrent:
+            raise ValueError("this policy has memory: act_with_state(obs, state) gives the actions and the next "
+                             "state, starting from initial_state(N)")
+        x, mask, single, as_numpy = self._inputs(obs, mask, deterministic)
+        return self._output(self.policy.act(x, mask, generator, deterministic).action, single, as_numpy)
+
+    @torch.no_grad()
+    def act_with_state(self, obs: Any, state: Tensor, mask: Any = None, deterministic: bool = True,
+                       generator: torch.Generator | None = None) -> tuple[Any, Tensor]:
+        """A policy with memory: ``(actions, next state)`` for observations seen in ``state`` (``[N, ...]``:
+        :meth:`initial_state` for fresh episodes, else the previous call's; set a row back to the initial state
+        when its episode ends); otherwise as :meth:`act`."""
+        if not self.is_recurrent:
+            raise ValueError("this policy has no memory: use act(obs)")
+        x, mask, single, as_numpy = self._inputs(obs, mask, deterministic)
+        want = tuple(self.initial_state(x.shape[0]).shape)
+        if not isinstance(state, Tensor) or tuple(state.shape) != want:
+            got = list(state.shape) if isinstance(state, Tensor) else type(state).__name__
+            raise ValueError(f"state must be a tensor of shape {list(want)} (initial_state({x.shape[0]}) or the "
+                             f"previous call's), got {got}")
+        out, after = self.policy.act_with_state(x, state.to(self.device, torch.float32), mask, generator,
+                                                deterministic)
+        return self._output(out.action, single, as_numpy), after
+
+    def initial_state(self, num_envs: int) -> Tensor:
+        """A policy with memory: the state of ``num_envs`` fresh episodes."""
+        if not self.is_recurrent:
+            raise ValueError("this policy has no memory: it has no state")
+        return self.policy.initial_state(num_envs)
+
+    def _inputs(self, obs: Any, mask: Any, deterministic: bool) -> tuple[Tensor, Tensor | None, bool, bool]:
+        """``(obs [N, O], mask [N, A] or None, one observation given, obs is a numpy array)``, checked."""
         if not isinstance(deterministic, bool):
             raise ValueError(f"deterministic must be True or False, got {deterministic!r}")
         as_numpy = type(obs).__module__ == "numpy"
         x, single = self._tensor(obs, "obs", torch.float32, self.obs_dim)
+        x = x.reshape(-1, self.obs_dim)
         if self.check_inputs:
-            bad = ~torch.isfinite(x.reshape(-1, self.obs_dim)).all(-1)
+            bad = ~torch.isfinite(x).all(-1)
             if bool(bad.any()):
                 rows = bad.nonzero().flatten().tolist()
                 raise ValueError(f"obs has NaN or infinite values in row{'s' if len(rows) > 1 else ''} "
@@ -200,13 +236,15 @@ class LoadedPolicy:
                 raise ValueError("mask applies to discrete actions; this policy's actions are continuous")
             m, _ = self._tensor(mask, "mask", torch.bool, self.num_actions)
             m = m.reshape(-1, self.num_actions)
-            if m.shape[0] not in (1, x.reshape(-1, self.obs_dim).shape[0]):
-                raise ValueError(f"mask has {m.shape[0]} rows, obs has "
-                                 f"{x.reshape(-1, self.obs_dim).shape[0]}")
+            if m.shape[0] not in (1, x.shape[0]):
+                raise ValueError(f"mask has {m.shape[0]} rows, obs has {x.shape[0]}")
             if not bool(m.any(-1).all()):
                 raise ValueError("mask allows no action in some row")
-            mask = m.expand(x.reshape(-1, self.obs_dim).shape[0], -1)
-        action = self.policy.act(x.reshape(-1, self.obs_dim), mask, generator, deterministic).action
+            mask = m.expand(x.shape[0], -1)
+        return x, mask, single, as_numpy
+
+    @staticmethod
+    def _output(action: Tensor, single: bool, as_numpy: bool) -> Any:
         if single:
             action = action[0]
         return action.cpu().numpy() if as_numpy else action

@@ -186,13 +186,14 @@ class ComposedActorCritic(nn.Module):
 
 
 def composed_for_env(spec: EnvSpec, hidden_sizes: Sequence[int], normalize_obs: bool,
-                     init_log_std: float) -> ComposedActorCritic:
+                     init_log_std: float, memory_size: int = 0) -> ComposedActorCritic:
     """``--policy composed``: MinAtar's CNN (one 3x3 convolution of 16 channels) for ``[H, W, C]`` frames, an
-    MLP otherwise; the hidden sizes are the run's."""
+    MLP otherwise; the hidden sizes are the run's; a GRU of ``memory_size`` units after each encoder (``--memory
+    gru``)."""
     if "critic" in spec.obs_groups:
         raise ValueError("policy kind 'composed' has no critic observation group yet: use --policy auto")
     frames = len(spec.obs_shape) == 3
     sizes = {"action_dim": spec.action_size, "init_log_std": init_log_std} if spec.is_continuous \
         else {"num_actions": spec.num_actions}
     return ComposedActorCritic(spec.obs_shape, hidden_sizes=hidden_sizes, channels=(16,) if frames else (),
-                               normalize_obs=normalize_obs, **sizes)
+                               memory_size=memory_size, normalize_obs=normalize_obs, **sizes)

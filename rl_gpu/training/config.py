@@ -81,6 +81,12 @@ class TrainConfig:
     policy: str = "auto"
     """policy kind (rl_gpu.nn.kinds): auto = the algorithm's own for the environment's actions; or a registered
     kind, such as one of your own (PPO: categorical, gaussian, or yours)"""
+    memory: Literal["none", "gru"] = "none"
+    """a policy with memory (PPO): gru = a GRU after each encoder of the composed policy (rl_gpu.nn.composed),
+    its state carried through rollouts and reset where episodes end; minibatches become whole environments'
+    sequences (--num-envs divisible by --num-minibatches); trains eagerly (--compile off or auto)"""
+    memory_size: int = 64
+    """units of the --memory GRU"""
     normalize_obs: bool = False
     """normalise observations by running mean and variance (statistics saved with the policy)"""
     init_log_std: float = 0.0
@@ -199,6 +205,17 @@ class TrainConfig:
         if not -20.0 <= self.init_log_std <= 20.0:
             # exp(log std) must stay a usable float32 standard deviation.
             raise UsageError(f"--init-log-std must be between -20 and 20, got {self.init_log_std!r}")
+        if self.memory not in ("none", "gru"):
+            raise UsageError(f"--memory must be none or gru, got {self.memory!r}")
+        if isinstance(self.memory_size, bool) or not isinstance(self.memory_size, int) \
+                or not 1 <= self.memory_size <= 65536:
+            raise UsageError(f"--memory-size must be a whole number from 1 to 65536, got {self.memory_size!r}")
+        if self.uses_memory and self.policy not in ("auto", "composed"):
+            raise UsageError(f"--memory builds the composed policy (rl_gpu.nn.composed), not --policy {self.policy}:"
+                             " drop --policy or pass --policy composed")
+        if self.uses_memory and self.compile not in ("auto", "off"):
+            raise UsageError(f"--memory {self.memory} trains eagerly for now: --compile {self.compile} does not apply"
+                             " (use --compile off or auto)")
         if self.policy != "auto" and self.policy not in policy_kind_names():
             raise UsageError(f"--policy {self.policy!r} is not a registered policy kind; known: auto, "
                              f"{', '.join(policy_kind_names())}")
@@ -210,6 +227,11 @@ class TrainConfig:
             raise UsageError(f"algo_params must be a {params_class.__name__} (the hyper-parameters of --algo "
                              f"{self.algo}), got {type(self.algo_params).__name__}")
         spec.check_run(self)
+
+    @property
+    def uses_memory(self) -> bool:
+        """The policy has memory (``--memory`` other than none)."""
+        return self.memory != "none"
 
     @property
     def self_play_flag(self) -> str | None:

@@ -106,7 +106,10 @@ class Trainer(CheckpointMixin):
                 anneal_lr=config.anneal_lr,
                 num_steps=config.num_steps, hidden_sizes=tuple(config.hidden_sizes),
                 normalize_obs=config.normalize_obs, init_log_std=config.init_log_std, policy=config.policy,
-                compile=resolve_compile(ranks.resolve_compile(config.compile, self.device), self.device),
+                memory_size=config.memory_size if config.uses_memory else 0,
+                # A policy with memory trains eagerly for now (the config refuses any other explicit mode).
+                compile="off" if config.uses_memory else resolve_compile(
+                    ranks.resolve_compile(config.compile, self.device), self.device),
                 opponent=self.league_of if config.self_play else None,
             )
             self.league: League | None = None

@@ -14,7 +14,9 @@ from rl_gpu.training.config import TrainConfig
 
 BASE = ["--device", "cpu", "--num-envs", "8", "--max-updates", "1", "--quiet"]
 SAMPLE = {"snapshot_every": "3", "pool_size": "3", "pfsp": "hard", "latest_share": "0.3", "baseline_share": "0.1",
-          "pbt_interval": "5"}
+          "pbt_interval": "5", "memory_size": "16"}
+SWITCH_ON = {"uses_memory": {"memory": "gru"}}
+"""Settings that a property of the configuration reads (the others are boolean fields: True)."""
 
 
 def _flag(field):
@@ -44,7 +46,7 @@ def test_a_flag_without_the_setting_it_needs_is_refused(call_main, tmp_path, fie
     assert f"{_flag(field)} applies only with {switch}" in err or f"give {switch} too" in err, err
     assert not (tmp_path / "run").exists()
     # With its setting on, the flag is used: the table lets it through.
-    on = dataclasses.replace(preset_config("RussianRoulette-v0"), **{needed: True},
+    on = dataclasses.replace(preset_config("RussianRoulette-v0"), **SWITCH_ON.get(needed, {needed: True}),
                              **({"parallel": True} if needed == "pbt" else {}),
                              **({"seeds": (1, 2, 3, 4)} if needed in ("pbt", "parallel") else {}))
     check_flags_apply([_flag(field)], on)

@@ -98,7 +98,7 @@ def test_the_evaluation_plays_a_recurrent_policy():
     assert result.episodes == 12 and result.mean_length > 0
 
 
-def test_ppo_refuses_a_recurrent_policy_kind(tmp_path):
+def test_ppo_refuses_a_recurrent_policy_kind_it_cannot_replay(tmp_path):
     from rl_gpu.cli.train import main
 
     register_policy_kind(PolicyKind("toy_gru", f"{__name__}:ToyGRU", {"obs_dim": int, "num_actions": int},
@@ -111,7 +111,7 @@ def test_ppo_refuses_a_recurrent_policy_kind(tmp_path):
                   "--output", str(tmp_path / "run")])
     finally:
         unregister_policy_kind("toy_gru")
-    assert info.value.code == 2 and "PPO does not train recurrent policies yet" in err.getvalue()
+    assert info.value.code == 2 and "has memory but no evaluate_sequence" in err.getvalue(), err.getvalue()
     assert not (tmp_path / "run").exists()
 
 

@@ -23,6 +23,7 @@ from rl_gpu.algos.ppo.update import (
 from rl_gpu.collect import host
 from rl_gpu.collect.engine import RolloutEngine, RolloutNoise
 from rl_gpu.collect.reference import collect
+from rl_gpu.core.pytree import tree_map
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.data.rollout import Rollout
@@ -71,6 +72,16 @@ class PPO(LearningRateSchedule):
         device = next(policy.parameters()).device
         self.device = device
         self.compile = resolve_compile(compile, device)
+        self.recurrent = is_recurrent(policy)
+        """A policy with memory: rollouts carry its state, minibatches are sequences (:mod:`.sequences`)."""
+        if self.recurrent and not callable(getattr(policy, "evaluate_sequence", None)):
+            raise ValueError(f"{type(policy).__name__} has memory but no evaluate_sequence(obs, action, action_mask, "
+                             "state0, starts), which PPO's sequence minibatches replay (rl_gpu.nn.composed has one)")
+        if self.recurrent and self.compile != "off":
+            raise ValueError(f"a policy with memory trains eagerly for now: use --compile off (not "
+                             f"{self.compile})")
+        self._policy_state: dict[VecEnv, object] = {}
+        """Continuing rollouts of a recurrent policy: its state where the last rollout of each env ended."""
         self.lr = torch.tensor(float(learning_rate), device=device)
         self.optimizer = make_adam(policy.parameters(), self.lr, device)
         self.policy_rng = torch.Generator(device=device).manual_seed(seed)
@@ -109,11 +120,7 @@ class PPO(LearningRateSchedule):
         """The runner's constructor: an actor-critic sized for ``setup.env``, bound to it."""
         env = setup.env
         policy = policy_for_env(env.spec, setup.hidden_sizes, setup.normalize_obs, setup.init_log_std,
-                                kind=setup.policy)
-        if is_recurrent(policy):
-            raise ValueError(f"--policy {setup.policy} is recurrent, and PPO does not train recurrent policies yet "
-                             "(its minibatches are single steps, not sequences); its collector and evaluation "
-                             "carry the state (rl_gpu.nn.memory)")
+                                kind=setup.policy, memory_size=setup.memory_size)
         policy = policy.to(env.device)
         algo = cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
@@ -149,6 +156,13 @@ class PPO(LearningRateSchedule):
                 raise ValueError(f"--num-steps {num_steps} is shorter than the longest game ({horizon} steps): "
                                  "games would be cut")
         rows = self.rows_of(env)
+        if self.recurrent:
+            if env.spec.num_players > 1 or env.spec.num_agents > 1:
+                raise ValueError("a policy with memory is trained on single-player tasks only for now (its state "
+                                 "would have to advance on the learner's turns alone)")
+            if rows % self.config.num_minibatches:
+                raise ValueError(f"a policy with memory learns from minibatches of whole environments: num_envs "
+                                 f"{rows} is not divisible by --num-minibatches {self.config.num_minibatches}")
         batch = num_steps * rows
         if batch % self.config.num_minibatches:
             what = "num_envs" if rows == env.num_envs else f"num_envs * agents ({env.num_envs} * {rows // env.num_envs})"
@@ -230,6 +244,13 @@ class PPO(LearningRateSchedule):
         goes through :func:`~rl_gpu.collect.reference.collect` (compiled modes: :class:`~rl_gpu.collect.host.HostCollector`,
         whose policy half is compiled) and returns fresh tensors."""
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
+        if self.recurrent:
+            rollout = collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic,
+                              opponent=self.opponent, opponent_rng=opponent_rng,
+                              policy_state=None if episodic else self._policy_state.get(env))
+            self._policy_state[env] = rollout.policy_state
+            rollout.all_weights_one = not episodic
+            return rollout
         if not env.spec.functional:
             if self.compile != "off" and host.supports(self._policy, env):
                 key = ("host", env, num_steps, episodic)
@@ -256,8 +277,10 @@ class PPO(LearningRateSchedule):
         """One PPO update on ``rollout``, then the rollout's observations join the normaliser statistics.
         No host synchronisation; in ``cudagraphs`` mode one CUDA graph (the rollout is copied into its input)."""
         weighted = not rollout.all_weights_one
-        check_minibatches(rollout.reward.numel(), self.config)
-        permutations = self._permutations(rollout.reward.numel())
+        # A recurrent policy's minibatches are columns (whole sequences), a feed-forward one's single slots.
+        units = rollout.num_envs if self.recurrent else rollout.reward.numel()
+        check_minibatches(units, self.config)
+        permutations = self._permutations(units)
         if self._graphed():
             shape = (rollout.reward.shape, rollout.obs.shape, rollout.action.shape, rollout.action_mask.shape)
             body = partial(self._update_body, weighted=weighted)
@@ -309,6 +332,8 @@ class PPO(LearningRateSchedule):
         }
         if self.reward_normalizer is not None:
             state["reward_normalizer"] = self.reward_normalizer.state_dict()
+        if self.recurrent and self.env in self._policy_state:
+            state["policy_state"] = self._policy_state[self.env]
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -317,6 +342,8 @@ class PPO(LearningRateSchedule):
         self.policy_rng.set_state(state["policy_rng"].cpu())
         self.shuffle_rng.set_state(state["shuffle_rng"].cpu())
         self.opponent_rng.set_state(state["opponent_rng"].cpu())
+        if self.recurrent and "policy_state" in state and self.env is not None:
+            self._policy_state[self.env] = tree_map(lambda x: x.to(self.device), state["policy_state"])
         if self.config.norm_reward and ("reward_normalizer" in state or self.reward_normalizer is not None):
             # A KeyError here (statistics expected, none saved) reports a checkpoint of another configuration.
             saved = state["reward_normalizer"]

@@ -23,8 +23,10 @@ from torch import Tensor, nn
 from rl_gpu.algos.optim import clip_global_grad_norm, undoable_step
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS, MinibatchScale, explained_variance, minibatch_scale, ppo_loss
+from rl_gpu.algos.ppo.sequences import sequence_batch, sequence_loss
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.data.rollout import Rollout
+from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.nn.normalization import ValueNormalizer
 from rl_gpu.runtime.compile import compile_unit
 from rl_gpu.runtime.distributed import all_reduce_mean
@@ -135,6 +137,7 @@ class UpdateUnits:
         self.gae = compile_unit(partial(_gae_unit, config.gamma, config.gae_lambda, config.reward_scale), mode)
         self.loss = compile_unit(partial(_loss_unit, policy, config), mode)
         self.scale = compile_unit(partial(_scale_unit, config), mode)
+        self.sequence_loss = partial(sequence_loss, policy, config)  # eager: recurrent PPO is not compiled yet
         self.params = [p for p in policy.parameters() if p.requires_grad]
 
     def step(self, keep: Tensor | None) -> Tensor:
@@ -185,29 +188,35 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
         advantage, returns = units.gae(in_units, weighted)
         norm.update(returns, batch.weight if weighted else None)
         returns = norm.normalize(returns)
-    flat = flatten_batch(batch, advantage, returns, policy.is_continuous, weighted)
-    size = flat.returns.shape[0]
+    if is_recurrent(policy):
+        # Minibatches of whole columns replayed as sequences (rl_gpu.algos.ppo.sequences); permutations over N.
+        data = sequence_batch(batch, advantage, returns, policy.is_continuous, weighted)
+        size, loss_of, splits = batch.num_envs, units.sequence_loss, 1
+    else:
+        data = flatten_batch(batch, advantage, returns, policy.is_continuous, weighted)
+        size, loss_of = data.returns.shape[0], units.loss
     mb_size = size // config.num_minibatches
-    device = flat.returns.device
+    device = batch.reward.device
     keep = torch.ones((), dtype=torch.bool, device=device) if config.target_kl is not None else None
     totals = torch.zeros(len(MINIBATCH_ROW), device=device)
     count = torch.zeros((), device=device)
     kl_index = LOSS_STATS.index("approx_kl")
-    splits = micro_batches(mb_size, config)
+    if loss_of is units.loss:
+        splits = micro_batches(mb_size, config)
     for epoch in range(config.update_epochs):
         for start in range(0, size, mb_size):
             idx = permutations[epoch, start:start + mb_size]
             optimizer.zero_grad(set_to_none=True)
             if splits == 1:
-                loss, stats = units.loss(flat, idx)
+                loss, stats = loss_of(data, idx)
                 loss.backward()
             else:
                 # Micro-batches: each one's loss is its share of the minibatch's (same denominators and
                 # advantage statistics), so the gradients accumulated in .grad are the minibatch's.
-                scale = units.scale(flat, idx)
+                scale = units.scale(data, idx)
                 loss, stats = 0.0, 0.0
                 for part in idx.tensor_split(splits):
-                    part_loss, part_stats = units.loss(flat, part, scale)
+                    part_loss, part_stats = units.loss(data, part, scale)
                     part_loss.backward()
                     loss, stats = loss + part_loss.detach(), stats + part_stats
             grad_norm = units.step(keep)
@@ -219,7 +228,8 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
             # ``not (kl > target)`` rather than ``kl <= target``: a NaN KL keeps going, as a host check would.
             keep = keep & ~(all_reduce_mean(stats[kl_index]) > config.target_kl)
     means = totals / count
-    ev = explained_variance(flat.value, flat.returns, flat.weight)
+    ev = explained_variance(data.value.reshape(-1), data.returns.reshape(-1),
+                            None if data.weight is None else data.weight.reshape(-1))
     return UpdateMetrics(explained_variance=ev, **{k: means[i] for i, k in enumerate(MINIBATCH_ROW)})
 
 

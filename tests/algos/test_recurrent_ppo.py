@@ -1,0 +1,134 @@
+"""PPO with a policy that has memory: minibatches are whole columns replayed from the rollout's recorded state
+(the first minibatch's ratio is 1), the state carries over from one rollout to the next and through a resume
+exactly, and memory learns a cue that a feed-forward policy cannot see when it has to act."""
+
+import copy
+from typing import NamedTuple
+
+import pytest
+import torch
+
+from rl_gpu.algos.ppo import PPO, PPOConfig
+from rl_gpu.algos.ppo.loss import LOSS_STATS
+from rl_gpu.algos.ppo.sequences import sequence_batch, sequence_loss
+from rl_gpu.algos.ppo.update import UpdateUnits
+from rl_gpu.collect.reference import collect
+from rl_gpu.envs.base import TensorEnv
+from rl_gpu.nn.composed import ComposedActorCritic
+
+STEPS = 4
+
+
+class Cue(NamedTuple):
+    cue: torch.Tensor
+    """[N] int64, 0 or 1: shown at the first step only."""
+    t: torch.Tensor
+    """[N] int64: the step within the episode."""
+
+
+class RecallEnv(TensorEnv[Cue]):
+    """A cue (+1 or -1) is shown at the first step; the observation is (cue or 0, 1 at the last step). Reward 1
+    for the action equal to the cue at the last step, 0 otherwise: without memory, the best is a coin flip."""
+
+    obs_shape = (2,)
+    num_actions = 2
+
+    def _sample_initial_state(self, n, g):
+        zeros = torch.zeros(n, dtype=torch.long, device=self.device)
+        return Cue(torch.randint(0, 2, (n,), generator=g, device=self.device), zeros)
+
+    def _transition(self, s, a):
+        last = s.t == STEPS - 1
+        reward = (last & (a == s.cue)).float()
+        return Cue(s.cue, s.t + 1), reward, last
+
+    def _observe(self, s):
+        shown = torch.where(s.t == 0, s.cue * 2 - 1, 0).float()
+        return torch.stack([shown, (s.t == STEPS - 1).float()], dim=-1)
+
+
+def _policy(memory: int, seed: int = 0) -> ComposedActorCritic:
+    torch.manual_seed(seed)
+    return ComposedActorCritic((2,), num_actions=2, hidden_sizes=(16,), memory_size=memory)
+
+
+def test_the_first_minibatch_replays_the_collection_exactly():
+    env = RecallEnv(8, seed=0)
+    policy = _policy(8)
+    rollout = collect(policy, env, 10, torch.Generator().manual_seed(1))
+    config = PPOConfig()
+    advantage, returns = UpdateUnits(policy, torch.optim.Adam(policy.parameters()), config).gae(rollout)
+    seq = sequence_batch(rollout, advantage, returns, continuous=False)
+    assert bool(seq.starts.any()) and not bool(seq.starts[0].any())
+    _, stats = sequence_loss(policy, config, seq, torch.arange(8))
+    named = dict(zip(LOSS_STATS, stats.tolist()))
+    assert abs(named["approx_kl"]) < 1e-6 and named["clip_fraction"] == 0.0, named
+
+
+def test_the_state_carries_over_rollouts_and_a_resume_exactly():
+    config = PPOConfig(num_minibatches=2, update_epochs=2)
+    a = PPO(_policy(8), config, 1e-3, seed=3, env=RecallEnv(4, seed=1), num_steps=6)
+    a.iterate()
+    first = a._policy_state[a.env].clone()
+    saved = copy.deepcopy(a.state_dict())
+    env_state = copy.deepcopy(a.env.state_dict())
+    a.iterate()
+    # The second rollout started where the first ended.
+    assert torch.equal(a.last_rollout.policy_state0, first)
+    b = PPO(_policy(8, seed=9), config, 1e-3, seed=4, env=RecallEnv(4, seed=7), num_steps=6)
+    b.load_state_dict(saved)
+    b.env.load_state_dict(env_state)
+    b.iterate()
+    assert torch.equal(b.last_rollout.policy_state0, first)
+    for x, y in zip(a.policy.parameters(), b.policy.parameters()):
+        assert torch.equal(x, y)
+
+
+def test_what_it_cannot_train_yet_is_refused():
+    with pytest.raises(ValueError, match="trains eagerly for now"):
+        PPO(_policy(8), PPOConfig(), 1e-3, seed=0, compile="inductor")
+    with pytest.raises(ValueError, match="not divisible by --num-minibatches 4"):
+        PPO(_policy(8), PPOConfig(num_minibatches=4), 1e-3, seed=0, env=RecallEnv(6, seed=0), num_steps=8)
+
+
+def _train(memory: int) -> float:
+    algo = PPO(_policy(memory), PPOConfig(num_minibatches=2, update_epochs=4, ent_coef=0.01), 3e-3, seed=0,
+               env=RecallEnv(32, seed=0), num_steps=16)
+    returns = [float(algo.iterate()["episode_return"]) for _ in range(40)]
+    return sum(returns[-5:]) / 5
+
+
+def test_memory_learns_the_cue_a_feed_forward_policy_cannot_see():
+    with_memory, without = _train(16), _train(0)
+    assert with_memory > 0.9 and without < 0.7, (with_memory, without)
+
+
+def test_memory_from_the_command_line_trains_evaluates_and_loads(tmp_path, call_main):
+    import rl_gpu
+    from rl_gpu.cli.evaluate import main as evaluate
+    from rl_gpu.cli.export import main as export
+    from rl_gpu.cli.train import main as train
+
+    code, _, err = call_main(train, "--env", "CartPole-v1", "--memory", "gru", "--memory-size", "8", "--num-envs",
+                             "16", "--num-steps", "16", "--max-updates", "2", "--eval-every", "1", "--eval-episodes",
+                             "8", "--final-eval-episodes", "8", "--solve-threshold", "1e9", "--min-updates", "1",
+                             "--device", "cpu", "--quiet", "--output", tmp_path / "run")
+    assert code == 1, err  # the goal is out of reach: every file written, exit 1
+    best = tmp_path / "run" / "seed-11" / "best.pt"
+    code, out, err = call_main(evaluate, best, "--episodes", "4", "--device", "cpu")
+    assert code == 0 and "mean return" in out, err
+    code, _, err = call_main(export, best, "--output", tmp_path / "policy.onnx")
+    assert code == 2 and "memory" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "policy.onnx").exists()
+
+    loaded = rl_gpu.load(best)
+    assert loaded.is_recurrent and isinstance(loaded.policy, ComposedActorCritic)
+    obs = torch.randn(5, 4)
+    state = loaded.initial_state(5)
+    actions, after = loaded.act_with_state(obs, state)
+    out, expected = loaded.policy.act_with_state(obs, state, deterministic=True)
+    assert torch.equal(actions, out.action) and torch.equal(after, expected)
+    with pytest.raises(ValueError, match="act_with_state"):
+        loaded.act(obs)
+    with pytest.raises(ValueError, match=r"state must be a tensor of shape \[5, 2, 8\]"):
+        loaded.act_with_state(obs, torch.zeros(5, 8))
