@@ -134,3 +134,21 @@ class CartPoleEnv(TensorEnv[CartPoleState]):
 
     def _observe(self, s: CartPoleState) -> Tensor:
         return stack_float32(tuple(s))
+
+
+class CartPoleNoVelEnv(CartPoleEnv):
+    """``CartPoleNoVel-v1``: CartPole-v1 with the velocities hidden (the standard partially observed benchmark,
+    as RL-Zoo's ``CartPoleNoVel-v1``): observation ``[N, 2]`` = cart position and pole angle. Everything else is
+    CartPole-v1's; a policy must infer the velocities from successive observations (memory)."""
+
+    obs_shape = (2,)
+    obs_high = tuple(CartPoleEnv.obs_high[i] for i in (0, 2))
+    obs_low = tuple(-v for v in obs_high)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.obs_high = (self.obs_high[0], self.obs_high[2])
+        self.obs_low = tuple(-v for v in self.obs_high)
+
+    def _observe(self, s: CartPoleState) -> Tensor:
+        return stack_float32((s.x, s.theta))

@@ -106,3 +106,19 @@ class PendulumEnv(TensorEnv[PendulumState]):
 
     def _observe(self, s: PendulumState) -> Tensor:
         return stack_float32((torch.cos(s.theta), torch.sin(s.theta), s.theta_dot))
+
+
+class PendulumNoVelEnv(PendulumEnv):
+    """``PendulumNoVel-v1``: Pendulum-v1 with the angular velocity hidden (as RL-Zoo's ``PendulumNoVel-v1``):
+    observation ``[N, 2]`` = cos and sin of the angle. Everything else is Pendulum-v1's."""
+
+    obs_shape = (2,)
+    obs_high = (1.0, 1.0)
+    obs_low = (-1.0, -1.0)
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.obs_high, self.obs_low = (1.0, 1.0), (-1.0, -1.0)
+
+    def _observe(self, s: PendulumState) -> Tensor:
+        return stack_float32((torch.cos(s.theta), torch.sin(s.theta)))

@@ -154,14 +154,20 @@ class ComposedActorCritic(nn.Module):
         """``(log_prob, entropy, value)``, each ``[T, N]``, of a rollout's steps replayed from ``state0``
         (``[N, 2, H]``, the state before step 0); ``starts`` ``[T, N]`` bool: an episode starts at step t (its
         state is the initial one there, as the collector reset it)."""
+        # The encoders and the heads see every step at once ([T, n] leading dimensions); only the memory, whose
+        # input at t is its own output at t - 1, runs step by step.
+        x = self.preprocess(obs)
+        a_in, c_in = self.actor_encoder(x), self.critic_encoder(x)
         initial = self.initial_state(obs.shape[1])
-        state, out = state0, []
+        state, a_out, c_out = state0, [], []
         for t in range(obs.shape[0]):
             state = torch.where(starts[t][:, None, None], initial, state)
-            a, c, state = self._features(obs[t], state)
-            mask = None if action_mask is None else action_mask[t]
-            out.append((*self.head.log_prob_entropy(a, action[t], mask), self.value_layer(c).squeeze(-1)))
-        return tuple(torch.stack(x) for x in zip(*out))
+            a, c = self.actor_memory(a_in[t], state[:, 0]), self.critic_memory(c_in[t], state[:, 1])
+            state = torch.stack([a, c], dim=1)
+            a_out.append(a)
+            c_out.append(c)
+        a, c = torch.stack(a_out), torch.stack(c_out)
+        return (*self.head.log_prob_entropy(a, action, action_mask), self.value_layer(c).squeeze(-1))
 
     # --- checkpoints and export ---------------------------------------------------------------------------
 
