@@ -13,6 +13,9 @@
 #      (benchmarks/distributed_throughput.py; with one GPU only the K=1 row, and the NCCL path for one process);
 #   6. MAPPO on vmas:navigation at N=65536 worlds (4 agents each): world steps/s of whole iterations, eager vs
 #      inductor (benchmarks/gpu_check_mappo.py; skipped when VMAS is not installed).
+#   7. the policy layer: PPO with the composed CNN policy on bool frames (eager / inductor / cudagraphs), PPO with
+#      a GRU (sequence minibatches, eager) and the host collector's compiled policy half on gym:CartPole-v1
+#      (benchmarks/gpu_check_policies.py).
 # Results go to $OUT (default artifacts/gpu_check); the exit status is non-zero if any stage failed.
 #
 #   bash benchmarks/gpu_check.sh            # from the repository root, with .venv installed (make test)
@@ -59,6 +62,7 @@ if "$PY" -c "import vmas" 2>/dev/null; then
 else
     echo "vmas not installed: stage mappo_vmas skipped (pip install 'rl-gpu[vmas]')" | tee "$OUT/mappo_vmas.txt"
 fi
+stage policies 150 "$PY" benchmarks/gpu_check_policies.py --device cuda --output "$OUT/policies.json"
 # MuJoCo Warp (the mujoco-warp extra, installed in the carried .venv): HalfCheetah and Ant at N=4096 and 16384,
 # graph-captured steps, PPO training steps/s, agreement with the C engine. Skipped when mujoco_warp is absent.
 if "$PY" -c "import mujoco_warp" 2>/dev/null; then

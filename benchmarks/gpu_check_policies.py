@@ -1,0 +1,130 @@
+"""The policy layer on a device: the composed CNN policy (frames), PPO with memory (sequence minibatches) and the
+host collector's compiled policy half, each timed as whole PPO iterations or collections, sides alternating.
+
+    python benchmarks/gpu_check_policies.py --device cuda            # a stage of gpu_check.sh
+    OMP_NUM_THREADS=1 python benchmarks/gpu_check_policies.py --device cpu --num-envs 64 --rounds 1
+
+Rows: ``cnn``: PPO on a 10x10x4 bool-frame task (a dot to locate, MinAtar's frame size) with the composed policy's
+CNN, eager / inductor / cudagraphs (CUDA only); ``gru``: PPO with ``memory_size=64`` on CartPoleNoVel-v1 (eager:
+recurrent PPO is not compiled yet); ``host``: PPO's collection of ``gym:CartPole-v1`` (Gymnasium on the host, the
+policy on the device), eager against the compiled policy half. One table at the end; figures are env steps/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import NamedTuple
+
+import torch
+
+from rl_gpu.algos.ppo import PPO, PPOConfig
+from rl_gpu.envs.base import TensorEnv
+from rl_gpu.envs.registry import make
+from rl_gpu.nn.actor_critic import policy_for_env
+
+
+class Dot(NamedTuple):
+    cell: torch.Tensor
+
+
+class DotFrames(TensorEnv[Dot]):
+    """A dot on a 10x10 board in channel 0 of 4 (bool frames); say which third of the columns it is in."""
+
+    obs_shape = (10, 10, 4)
+    num_actions = 3
+    max_episode_steps = 16
+    obs_dtype = torch.bool
+
+    def _sample_initial_state(self, n, g):
+        return Dot(torch.randint(0, 100, (n,), generator=g, device=self.device))
+
+    def _transition(self, s, a):
+        answer = torch.div(s.cell % 10, 4, rounding_mode="floor")
+        return Dot((s.cell * 7 + 3) % 100), (a == answer).float(), torch.zeros_like(a, dtype=torch.bool)
+
+    def _observe(self, s):
+        board = torch.nn.functional.one_hot(s.cell, 100).bool().view(-1, 10, 10, 1)
+        return torch.cat([board, torch.zeros(board.shape[0], 10, 10, 3, dtype=torch.bool, device=self.device)], -1)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def rate(fn, steps_per_call: int, calls: int, device: torch.device) -> float:
+    fn()  # warm-up (and compilation)
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync(device)
+    return calls * steps_per_call / (time.perf_counter() - start)
+
+
+def builders(args: argparse.Namespace, device: torch.device) -> dict[str, tuple]:
+    """Row name -> (build(mode) -> callable, steps per call, modes)."""
+    n, t = args.num_envs, args.num_steps
+    compiled = ("off", "inductor", "cudagraphs") if device.type == "cuda" else ("off", "inductor")
+
+    def cnn(mode):
+        env = DotFrames(n, seed=0, device=device)
+        torch.manual_seed(0)
+        policy = policy_for_env(env.spec, (128,)).to(device)
+        return PPO(policy, PPOConfig(num_minibatches=4, update_epochs=2), 2.5e-3, 0, mode, env=env,
+                   num_steps=t).iterate
+
+    def gru(mode):
+        env = make("CartPoleNoVel-v1", num_envs=n, device=device, seed=0)
+        torch.manual_seed(0)
+        policy = policy_for_env(env.spec, (64,), memory_size=64).to(device)
+        return PPO(policy, PPOConfig(num_minibatches=4, update_epochs=2), 1e-3, 0, mode, env=env,
+                   num_steps=t).iterate
+
+    def host(mode):
+        env = make("gym:CartPole-v1", num_envs=args.host_envs, device=device, seed=0)
+        torch.manual_seed(0)
+        policy = policy_for_env(env.spec, (64, 64)).to(device)
+        return PPO(policy, PPOConfig(), 1e-3, 0, mode, env=env, num_steps=t).collect
+
+    return {"cnn": (cnn, n * t, compiled), "gru": (gru, n * t, ("off",)),
+            "host": (host, args.host_envs * t, ("off", compiled[-1]))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--host-envs", type=int, default=64)
+    parser.add_argument("--num-steps", type=int, default=32)
+    parser.add_argument("--calls", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--output", default=None, help="write the figures here as JSON")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    figures: dict[str, dict[str, list[float]]] = {}
+    for row, (build, steps, modes) in builders(args, device).items():
+        calls = {mode: build(mode) for mode in modes}
+        figures[row] = {mode: [] for mode in modes}
+        for r in range(args.rounds):
+            for mode in modes if r % 2 == 0 else modes[::-1]:
+                figures[row][mode].append(rate(calls[mode], steps, args.calls, device))
+                print(f"{row} round {r + 1} {mode}: {figures[row][mode][-1]:,.0f} steps/s", flush=True)
+    print(f"\npolicies on {device} (N={args.num_envs}, host N={args.host_envs}, T={args.num_steps}; median of "
+          f"{args.rounds} rounds)")
+    print("| row | mode | env steps/s | vs eager |")
+    print("| --- | --- | ---: | ---: |")
+    for row, by_mode in figures.items():
+        eager = statistics.median(by_mode["off"])
+        for mode, values in by_mode.items():
+            print(f"| {row} | {mode} | {statistics.median(values):,.0f} | {statistics.median(values) / eager:.2f} |")
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump({"args": vars(args), "figures": figures}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
