@@ -87,6 +87,11 @@ PRESETS: dict[str, dict] = {
         **_CLASSIC, "num_envs": 64, "max_updates": 200, "solve_threshold": 475.0,
         "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 16, "ent_coef": 0.01},
     },
+    "CartPoleNoVel-v1": {
+        # CartPole's, with 4 minibatches: with --memory each is 16 whole environments' sequences.
+        **_CLASSIC, "num_envs": 64, "max_updates": 200, "solve_threshold": 475.0,
+        "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 4, "ent_coef": 0.01},
+    },
     "Acrobot-v1": {
         **_CLASSIC, "num_envs": 64, "max_updates": 300, "solve_threshold": -100.0,
         "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 16, "ent_coef": 0.01},
@@ -97,6 +102,13 @@ PRESETS: dict[str, dict] = {
         **_CLASSIC, "num_envs": 64, "num_steps": 256, "max_updates": 200, "eval_every": 10,
         "solve_threshold": -200.0, "normalize_obs": True,
         "ppo": {"gamma": 0.9, "gae_lambda": 0.95, "update_epochs": 10, "num_minibatches": 16, "ent_coef": 0.0,
+                "reward_scale": 0.1},
+    },
+    "PendulumNoVel-v1": {
+        # Pendulum's, with 4 minibatches (with --memory, 16 whole environments' sequences each).
+        **_CLASSIC, "num_envs": 64, "num_steps": 256, "max_updates": 200, "eval_every": 10,
+        "solve_threshold": -200.0, "normalize_obs": True,
+        "ppo": {"gamma": 0.9, "gae_lambda": 0.95, "update_epochs": 10, "num_minibatches": 4, "ent_coef": 0.0,
                 "reward_scale": 0.1},
     },
     "MountainCar-v0": {
