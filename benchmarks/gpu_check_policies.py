@@ -4,8 +4,8 @@ host collector's compiled policy half, each timed as whole PPO iterations or col
     python benchmarks/gpu_check_policies.py --device cuda            # a stage of gpu_check.sh
     OMP_NUM_THREADS=1 python benchmarks/gpu_check_policies.py --device cpu --num-envs 64 --rounds 1
 
-Rows: ``cnn``: PPO on a 10x10x4 bool-frame task (a dot to locate, MinAtar's frame size) with the composed policy's
-CNN, eager / inductor / cudagraphs (CUDA only); ``gru``: PPO with ``memory_size=64`` on CartPoleNoVel-v1 (eager:
+Rows: ``cnn``: PPO on a 10x10x4 bool-frame task (``rl_gpu.envs.testing.frames``: a dot to locate, MinAtar's frame
+size) with the composed policy's CNN, eager / inductor / cudagraphs (CUDA only); ``gru``: PPO with ``memory_size=64`` on CartPoleNoVel-v1 (eager:
 recurrent PPO is not compiled yet); ``host``: PPO's collection of ``gym:CartPole-v1`` (Gymnasium on the host, the
 policy on the device), eager against the compiled policy half. One table at the end; figures are env steps/s.
 """
@@ -16,38 +16,13 @@ import argparse
 import json
 import statistics
 import time
-from typing import NamedTuple
 
 import torch
 
 from rl_gpu.algos.ppo import PPO, PPOConfig
-from rl_gpu.envs.base import TensorEnv
 from rl_gpu.envs.registry import make
+from rl_gpu.envs.testing.frames import DotFrames
 from rl_gpu.nn.actor_critic import policy_for_env
-
-
-class Dot(NamedTuple):
-    cell: torch.Tensor
-
-
-class DotFrames(TensorEnv[Dot]):
-    """A dot on a 10x10 board in channel 0 of 4 (bool frames); say which third of the columns it is in."""
-
-    obs_shape = (10, 10, 4)
-    num_actions = 3
-    max_episode_steps = 16
-    obs_dtype = torch.bool
-
-    def _sample_initial_state(self, n, g):
-        return Dot(torch.randint(0, 100, (n,), generator=g, device=self.device))
-
-    def _transition(self, s, a):
-        answer = torch.div(s.cell % 10, 4, rounding_mode="floor")
-        return Dot((s.cell * 7 + 3) % 100), (a == answer).float(), torch.zeros_like(a, dtype=torch.bool)
-
-    def _observe(self, s):
-        board = torch.nn.functional.one_hot(s.cell, 100).bool().view(-1, 10, 10, 1)
-        return torch.cat([board, torch.zeros(board.shape[0], 10, 10, 3, dtype=torch.bool, device=self.device)], -1)
 
 
 def sync(device: torch.device) -> None:
@@ -71,7 +46,7 @@ def builders(args: argparse.Namespace, device: torch.device) -> dict[str, tuple]
     compiled = ("off", "inductor", "cudagraphs") if device.type == "cuda" else ("off", "inductor")
 
     def cnn(mode):
-        env = DotFrames(n, seed=0, device=device)
+        env = DotFrames(n, device, seed=0)
         torch.manual_seed(0)
         policy = policy_for_env(env.spec, (128,)).to(device)
         return PPO(policy, PPOConfig(num_minibatches=4, update_epochs=2), 2.5e-3, 0, mode, env=env,

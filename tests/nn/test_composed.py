@@ -4,50 +4,22 @@ line; with memory, the state resets exactly where episodes restart, and replayin
 recorded state gives back the log-probabilities and values it was collected with."""
 
 import json
-from typing import NamedTuple
-
 import pytest
 import torch
 
 from rl_gpu import make
 from rl_gpu.algos.ppo import PPO, PPOConfig
 from rl_gpu.collect.reference import collect
-from rl_gpu.envs.base import TensorEnv
+from rl_gpu.envs.testing.frames import DotFrames
 from rl_gpu.nn.actor_critic import policy_for_env
 from rl_gpu.nn.composed import ComposedActorCritic
 from rl_gpu.nn.encoders import CNNEncoder, MLPEncoder
 
-
-class Dot(NamedTuple):
-    cell: torch.Tensor
-    """[N] int64 in 0..24: where the dot is on a 5x5 board."""
-
-
-class DotEnv(TensorEnv[Dot]):
-    """A dot on a 5x5 board (channel 0; channel 1 is all ones): say whether it is in the left two columns
-    (action 0), the middle one (1) or the right two (2); reward 1 if right. Episodes of 4 steps."""
-
-    obs_shape = (5, 5, 2)
-    num_actions = 3
-    max_episode_steps = 4
-    obs_dtype = torch.bool
-
-    def _sample_initial_state(self, n, g):
-        return Dot(torch.randint(0, 25, (n,), generator=g, device=self.device))
-
-    def _transition(self, s, a):
-        column = s.cell % 5
-        answer = torch.where(column < 2, 0, torch.where(column == 2, 1, 2))
-        return Dot((s.cell * 7 + 3) % 25), (a == answer).float(), torch.zeros_like(a, dtype=torch.bool)
-
-    def _observe(self, s):
-        board = torch.zeros(s.cell.shape[0], 25, dtype=torch.bool, device=self.device)
-        board[torch.arange(s.cell.shape[0], device=self.device), s.cell] = True
-        return torch.stack([board.view(-1, 5, 5), torch.ones_like(board).view(-1, 5, 5)], dim=-1)
+ENV_ID = "rl_gpu.envs.testing.frames:DotFrames"
 
 
 def test_frames_get_a_cnn_vectors_an_mlp_and_both_take_flat_inputs():
-    env = DotEnv(8, seed=0)
+    env = DotFrames(8, seed=0, size=5, channels=2)
     policy = policy_for_env(env.spec, (32,))
     assert isinstance(policy, ComposedActorCritic) and isinstance(policy.actor_encoder, CNNEncoder)
     assert policy.config() == {"kind": "composed", "obs_shape": [5, 5, 2], "num_actions": 3, "hidden_sizes": [32],
@@ -67,12 +39,12 @@ def test_frames_get_a_cnn_vectors_an_mlp_and_both_take_flat_inputs():
 
 def test_the_cnn_learns_where_the_dot_is():
     torch.manual_seed(0)
-    env = DotEnv(64, seed=1)
+    env = DotFrames(64, seed=1, size=5, channels=2)
     algo = PPO(policy_for_env(env.spec, (64,)), PPOConfig(num_minibatches=4, update_epochs=4), 2.5e-3, seed=0,
                env=env, num_steps=16)
     returns = [float(algo.iterate()["episode_return"]) for _ in range(25)]
     assert algo.last_rollout.obs.dtype == torch.bool  # frames stay bool in storage
-    assert returns[0] < 2.0 and max(returns[-3:]) > 3.5, returns  # chance: 4/3 of 4 steps; perfect: 4
+    assert returns[0] < 8.0 and max(returns[-3:]) > 12.0, returns  # chance: 16/3 of 16 steps; perfect: 16
 
 
 def test_it_trains_evaluates_loads_and_exports_through_the_cli(tmp_path, call_main):
@@ -81,19 +53,18 @@ def test_it_trains_evaluates_loads_and_exports_through_the_cli(tmp_path, call_ma
     from rl_gpu.cli.export import main as export
     from rl_gpu.cli.train import main as train
 
-    code, _, err = call_main(train, "--env", f"{__name__}:DotEnv", "--num-envs", "16", "--num-steps", "8",
+    code, _, err = call_main(train, "--env", ENV_ID, "--num-envs", "16", "--num-steps", "8",
                              "--max-updates", "2", "--eval-every", "1", "--eval-episodes", "8",
                              "--final-eval-episodes", "8", "--solve-threshold", "1e9", "--min-updates", "1",
                              "--hidden-sizes", "16", "--device", "cpu", "--quiet", "--output", tmp_path / "run")
     assert code == 1, err  # the goal is out of reach: every file written, exit 1
     best = tmp_path / "run" / "seed-11" / "best.pt"
     assert json.loads((tmp_path / "run" / "seed-11" / "config.json").read_text())["policy"] == "auto"
-    code, out, err = call_main(evaluate, best, "--episodes", "4", "--device", "cpu", "--trust-env",
-                               f"{__name__}:DotEnv")
+    code, out, err = call_main(evaluate, best, "--episodes", "4", "--device", "cpu", "--trust-env", ENV_ID)
     assert code == 0 and "mean return" in out, err
     loaded = rl_gpu.load(best)
     assert isinstance(loaded.policy, ComposedActorCritic)
-    obs = DotEnv(8, seed=5).observe().obs
+    obs = DotFrames(8, seed=5).observe().obs
     code, _, err = call_main(export, best, "--format", "torchscript", "--output", tmp_path / "policy.pt")
     assert code == 0, err
     scripted = torch.jit.load(str(tmp_path / "policy.pt"))

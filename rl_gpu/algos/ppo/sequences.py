@@ -20,22 +20,17 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from rl_gpu.algos.ppo.batch import FlatBatch
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS, ppo_loss
 from rl_gpu.data.rollout import Rollout
 
 
 class SequenceBatch(NamedTuple):
-    """A rollout's ``[T, N, ...]`` fields with its advantages, and where each column's sequences start."""
+    """A rollout's fields with its advantages, kept ``[T, N, ...]``, and where each column's sequences start."""
 
-    obs: Tensor
-    action: Tensor
-    action_mask: Tensor | None
-    log_prob: Tensor
-    value: Tensor
-    advantage: Tensor
-    returns: Tensor
-    weight: Tensor | None
+    steps: FlatBatch
+    """The fields a minibatch gathers, each ``[T, N, ...]`` (not flattened)."""
     state0: Any
     """The policy's state before step 0 (``[N, ...]``)."""
     starts: Tensor
@@ -51,9 +46,9 @@ def sequence_batch(batch: Rollout, advantage: Tensor, returns: Tensor, continuou
                          "from it")
     done = batch.done
     starts = torch.cat([torch.zeros_like(done[:1]), done[:-1]])
-    return SequenceBatch(batch.obs, batch.action, None if continuous else batch.action_mask, batch.log_prob,
-                         batch.value, advantage, returns, batch.weight if weighted else None, batch.policy_state0,
-                         starts)
+    steps = FlatBatch(batch.obs, batch.action, None if continuous else batch.action_mask, batch.log_prob,
+                      batch.value, advantage, returns, batch.weight if weighted else None)
+    return SequenceBatch(steps, batch.policy_state0, starts)
 
 
 class _Replayed:
@@ -71,12 +66,9 @@ def sequence_loss(policy: Any, config: PPOConfig, seq: SequenceBatch, cols: Tens
     def columns(x: Tensor | None) -> Tensor | None:
         return None if x is None else x.index_select(1, cols)
 
-    state0 = seq.state0.index_select(0, cols)
-    replayed = policy.evaluate_sequence(columns(seq.obs), columns(seq.action), columns(seq.action_mask), state0,
-                                        columns(seq.starts))
-    mb: dict[str, Tensor | None] = {}
-    for name in ("obs", "action", "action_mask", "log_prob", "value", "advantage", "returns", "weight"):
-        x = columns(getattr(seq, name))
-        mb[name] = None if x is None else x.flatten(0, 1)
+    steps = FlatBatch(*(columns(x) for x in seq.steps))
+    replayed = policy.evaluate_sequence(steps.obs, steps.action, steps.action_mask,
+                                        seq.state0.index_select(0, cols), columns(seq.starts))
+    mb = {name: None if x is None else x.flatten(0, 1) for name, x in steps._asdict().items()}
     loss, stats = ppo_loss(_Replayed(tuple(x.flatten(0, 1) for x in replayed)), mb, config)
     return loss, torch.stack([stats[k].detach() for k in LOSS_STATS])

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, fields
 from functools import partial
-from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +22,7 @@ from torch import Tensor, nn
 from rl_gpu.algos.optim import clip_global_grad_norm, undoable_step
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS, MinibatchScale, explained_variance, minibatch_scale, ppo_loss
+from rl_gpu.algos.ppo.batch import FlatBatch, flatten_batch
 from rl_gpu.algos.ppo.sequences import sequence_batch, sequence_loss
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.data.rollout import Rollout
@@ -54,21 +54,6 @@ class UpdateMetrics:
 
 MINIBATCH_ROW = ("loss", *LOSS_STATS, "grad_norm")
 """What each minibatch adds to the update's totals, in order."""
-
-
-class FlatBatch(NamedTuple):
-    """A rollout flattened to ``[B, ...]`` slots with its advantages: what minibatches are gathered from."""
-
-    obs: Tensor
-    action: Tensor
-    action_mask: Tensor | None
-    log_prob: Tensor
-    value: Tensor
-    advantage: Tensor
-    returns: Tensor
-    weight: Tensor | None
-    critic_obs: Tensor | None = None
-    """``[B, C]`` privileged observations for an asymmetric critic (environments with a ``critic`` group)."""
 
 
 def _gae_unit(gamma: float, gae_lambda: float, reward_scale: float, batch: Rollout,
@@ -146,24 +131,6 @@ class UpdateUnits:
         return grad_norm
 
 
-def flatten_batch(
-    batch: Rollout, advantage: Tensor, returns: Tensor, continuous: bool, weighted: bool = True
-) -> FlatBatch:
-    """The ``[T, N, ...]`` rollout as ``[B, ...]`` slots (no copies: views). ``weighted=False`` drops the weights
-    of a rollout whose every slot is a learner decision (single-player, continuing), so means are plain means."""
-    return FlatBatch(
-        obs=batch.obs.flatten(0, 1),
-        action=batch.action.flatten(0, 1),
-        action_mask=None if continuous else batch.action_mask.flatten(0, 1),
-        log_prob=batch.log_prob.flatten(0, 1),
-        value=batch.value.flatten(0, 1),
-        advantage=advantage.flatten(0, 1),
-        returns=returns.flatten(0, 1),
-        weight=batch.weight.flatten(0, 1) if weighted else None,
-        critic_obs=batch.critic_obs.flatten(0, 1) if batch.critic_obs is not None else None,
-    )
-
-
 def draw_permutations(size: int, epochs: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
     """``[E, B]`` int64: one random permutation of the slots per epoch, drawn on ``device``."""
     return torch.stack([torch.randperm(size, generator=generator, device=device) for _ in range(epochs)])
@@ -191,9 +158,9 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
     if is_recurrent(policy):
         # Minibatches of whole columns replayed as sequences (rl_gpu.algos.ppo.sequences); permutations over N.
         data = sequence_batch(batch, advantage, returns, policy.is_continuous, weighted)
-        size, loss_of, splits = batch.num_envs, units.sequence_loss, 1
+        size, loss_of, splits, steps = batch.num_envs, units.sequence_loss, 1, data.steps
     else:
-        data = flatten_batch(batch, advantage, returns, policy.is_continuous, weighted)
+        data = steps = flatten_batch(batch, advantage, returns, policy.is_continuous, weighted)
         size, loss_of = data.returns.shape[0], units.loss
     mb_size = size // config.num_minibatches
     device = batch.reward.device
@@ -228,8 +195,8 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
             # ``not (kl > target)`` rather than ``kl <= target``: a NaN KL keeps going, as a host check would.
             keep = keep & ~(all_reduce_mean(stats[kl_index]) > config.target_kl)
     means = totals / count
-    ev = explained_variance(data.value.reshape(-1), data.returns.reshape(-1),
-                            None if data.weight is None else data.weight.reshape(-1))
+    ev = explained_variance(steps.value.reshape(-1), steps.returns.reshape(-1),
+                            None if steps.weight is None else steps.weight.reshape(-1))
     return UpdateMetrics(explained_variance=ev, **{k: means[i] for i, k in enumerate(MINIBATCH_ROW)})
 
 
