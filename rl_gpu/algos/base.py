@@ -68,8 +68,10 @@ class Setup:
     policy: str = "auto"
     """The policy kind to build (:mod:`rl_gpu.nn.kinds`), for algorithms that take any (``auto``: their own)."""
     memory_size: int = 0
-    """A policy with memory, for algorithms that take any policy: GRU units after each encoder of the composed
-    policy (:mod:`rl_gpu.nn.composed`); 0: none."""
+    """A policy with memory, for algorithms that take any policy: the units of a GRU after each encoder of the
+    composed policy (:mod:`rl_gpu.nn.composed`); 0: none."""
+    lstm: bool = False
+    """That memory is an LSTM rather than a GRU."""
     compile: str = "off"
     """``off``, ``inductor`` or ``cudagraphs`` (already resolved for the device)."""
     opponent: Callable[[nn.Module], Any] | None = None

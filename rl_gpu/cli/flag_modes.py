@@ -23,7 +23,7 @@ NEEDS: dict[str, tuple[str, str]] = {
     "baseline_share": ("self_play", "--self-play"),
     "pbt": ("parallel", "--parallel"),
     "pbt_interval": ("pbt", "--pbt"),
-    "memory_size": ("uses_memory", "--memory gru"),
+    "memory_size": ("uses_memory", "--memory gru or lstm"),
 }
 """Training flags that do something only with another setting on: ``flag field -> (field, flag)``."""
 

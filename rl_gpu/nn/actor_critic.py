@@ -258,20 +258,20 @@ def build_policy(config: dict) -> nn.Module:
 
 def policy_for_env(
     spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), normalize_obs: bool = False, init_log_std: float = 0.0,
-    kind: str = "auto", memory_size: int = 0,
+    kind: str = "auto", memory_size: int = 0, lstm: bool = False,
 ) -> nn.Module:
     """A fresh actor-critic sized for an environment's :class:`~rl_gpu.core.types.EnvSpec` (flat
     observations); with a ``critic`` observation group, the critic reads ``concat(policy obs, critic obs)``.
     ``kind``: a registered policy kind (:mod:`rl_gpu.nn.kinds`) to build instead; ``auto``: categorical for
     discrete actions, Gaussian for continuous ones, and the ``composed`` kind (:mod:`rl_gpu.nn.composed`: a CNN
-    for frames) for observations that are not vectors. ``memory_size`` > 0: the composed policy with a GRU of
-    that size (``kind`` auto or composed)."""
+    for frames) for observations that are not vectors. ``memory_size`` > 0: the composed policy with a GRU (an
+    LSTM with ``lstm``) of that size (``kind`` auto or composed)."""
     if memory_size:
         if kind not in ("auto", "composed"):
             raise ValueError(f"a policy with memory is the composed kind, not {kind!r}")
         from rl_gpu.nn.composed import composed_for_env
 
-        return composed_for_env(spec, hidden_sizes, normalize_obs, init_log_std, memory_size=memory_size)
+        return composed_for_env(spec, hidden_sizes, normalize_obs, init_log_std, memory_size=memory_size, lstm=lstm)
     if kind == "auto" and len(spec.obs_shape) != 1 and "critic" not in spec.obs_groups:
         kind = "composed"  # observations that are not vectors need an encoder (frames: a CNN)
     if kind != "auto":

@@ -6,8 +6,9 @@ D = continuous action dimensions.
 
 - Encoder (:mod:`rl_gpu.nn.encoders`): ``[H, W, C]`` frames with ``channels`` given -> a CNN; anything else ->
   an MLP over the flattened observation. bool/uint8 observations stay so in storage and become float32 here.
-- Memory (``memory_size`` H > 0): a GRU cell after each encoder; the state is explicit, ``[N, 2, H]`` (the
-  actor's and the critic's), an input and an output of every step (:mod:`rl_gpu.nn.memory`'s protocol).
+- Memory (``memory_size`` H > 0): a GRU cell (or, with ``lstm``, an LSTM cell) after each encoder; the state is
+  explicit, ``[N, 2, S]`` (the actor's and the critic's; S = H for a GRU, 2H for an LSTM's hidden and cell
+  states side by side), an input and an output of every step (:mod:`rl_gpu.nn.memory`'s protocol).
 - Head (:mod:`rl_gpu.nn.heads`): masked categorical or diagonal Gaussian.
 
 Without memory it is a feed-forward actor-critic with the interface every algorithm uses (``act``, ``evaluate``,
@@ -41,14 +42,15 @@ class ComposedActorCritic(nn.Module):
         action_dim: D (continuous actions) or 0.
         hidden_sizes: the encoders' layer widths (after the convolutions, for a CNN).
         channels: a CNN's 3x3 convolutions (``[H, W, C]`` frames only); empty: an MLP encoder.
-        memory_size: H, the GRU state of each branch; 0: no memory.
+        memory_size: H, the memory's hidden state in each branch; 0: no memory.
+        lstm: the memory is an LSTM cell rather than a GRU cell.
         normalize_obs: running observation statistics (flattened) in front of both encoders.
         init_log_std: a Gaussian head's initial log standard deviation.
     """
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int = 0, action_dim: int = 0,
                  hidden_sizes: Sequence[int] = (64, 64), channels: Sequence[int] = (), memory_size: int = 0,
-                 normalize_obs: bool = False, init_log_std: float = 0.0) -> None:
+                 normalize_obs: bool = False, init_log_std: float = 0.0, lstm: bool = False) -> None:
         super().__init__()
         self.obs_shape = tuple(int(s) for s in obs_shape)
         if not self.obs_shape or any(s <= 0 for s in self.obs_shape) or any(h <= 0 for h in hidden_sizes) \
@@ -63,8 +65,10 @@ class ComposedActorCritic(nn.Module):
         self.actor_encoder = make_encoder(self.obs_shape, hidden_sizes, channels)
         self.critic_encoder = make_encoder(self.obs_shape, hidden_sizes, channels)
         features = self.actor_encoder.out_size
-        self.actor_memory = nn.GRUCell(features, memory_size) if memory_size else None
-        self.critic_memory = nn.GRUCell(features, memory_size) if memory_size else None
+        self.lstm = bool(lstm) and memory_size > 0
+        cell = nn.LSTMCell if self.lstm else nn.GRUCell
+        self.actor_memory = cell(features, memory_size) if memory_size else None
+        self.critic_memory = cell(features, memory_size) if memory_size else None
         out = memory_size or features
         self.head = make_head(out, num_actions, action_dim, init_log_std)
         self.value_layer = layer_init(nn.Linear(out, 1), gain=1.0)
@@ -94,9 +98,17 @@ class ComposedActorCritic(nn.Module):
         if state is None:
             raise ValueError("this policy has memory: call act_with_state / value_with_state with its state "
                              "(initial_state(n) for fresh episodes)")
-        a = self.actor_memory(a, state[:, 0])
-        c = self.critic_memory(c, state[:, 1])
-        return a, c, torch.stack([a, c], dim=1)
+        a, a_state = self._remember(self.actor_memory, a, state[:, 0])
+        c, c_state = self._remember(self.critic_memory, c, state[:, 1])
+        return a, c, torch.stack([a_state, c_state], dim=1)
+
+    def _remember(self, cell: nn.Module, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        """``(output [N, H], next state [N, S])`` of one memory cell."""
+        if not self.lstm:
+            h = cell(x, state)
+            return h, h
+        h, c = cell(x, state.chunk(2, dim=-1))
+        return h, torch.cat([h, c], dim=-1)
 
     def _no_memory(self, what: str) -> None:
         if self.memory_size:
@@ -133,8 +145,9 @@ class ComposedActorCritic(nn.Module):
     # --- memory -------------------------------------------------------------------------------------------
 
     def initial_state(self, num_envs: int) -> Tensor:
-        """``[N, 2, H]`` zeros: the state of fresh episodes."""
-        return torch.zeros(num_envs, 2, self.memory_size, device=self.value_layer.weight.device)
+        """``[N, 2, S]`` zeros: the state of fresh episodes."""
+        size = self.memory_size * (2 if self.lstm else 1)
+        return torch.zeros(num_envs, 2, size, device=self.value_layer.weight.device)
 
     def act_with_state(self, obs: Tensor, state: Tensor | None, action_mask: Tensor | None = None,
                        generator: torch.Generator | None = None, deterministic: bool = False,
@@ -152,7 +165,7 @@ class ComposedActorCritic(nn.Module):
     def evaluate_sequence(self, obs: Tensor, action: Tensor, action_mask: Tensor | None, state0: Tensor,
                           starts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(log_prob, entropy, value)``, each ``[T, N]``, of a rollout's steps replayed from ``state0``
-        (``[N, 2, H]``, the state before step 0); ``starts`` ``[T, N]`` bool: an episode starts at step t (its
+        (``[N, 2, S]``, the state before step 0); ``starts`` ``[T, N]`` bool: an episode starts at step t (its
         state is the initial one there, as the collector reset it)."""
         # The encoders and the heads see every step at once ([T, n] leading dimensions); only the memory, whose
         # input at t is its own output at t - 1, runs step by step.
@@ -162,8 +175,9 @@ class ComposedActorCritic(nn.Module):
         state, a_out, c_out = state0, [], []
         for t in range(obs.shape[0]):
             state = torch.where(starts[t][:, None, None], initial, state)
-            a, c = self.actor_memory(a_in[t], state[:, 0]), self.critic_memory(c_in[t], state[:, 1])
-            state = torch.stack([a, c], dim=1)
+            a, a_state = self._remember(self.actor_memory, a_in[t], state[:, 0])
+            c, c_state = self._remember(self.critic_memory, c_in[t], state[:, 1])
+            state = torch.stack([a_state, c_state], dim=1)
             a_out.append(a)
             c_out.append(c)
         a, c = torch.stack(a_out), torch.stack(c_out)
@@ -177,7 +191,8 @@ class ComposedActorCritic(nn.Module):
             else {"num_actions": self.num_actions}
         # Entries of a part it does not have are left out (a checkpoint's sizes are positive integers).
         parts = {**({"channels": list(self.channels)} if self.channels else {}),
-                 **({"memory_size": self.memory_size} if self.memory_size else {})}
+                 **({"memory_size": self.memory_size} if self.memory_size else {}),
+                 **({"lstm": True} if self.lstm else {})}
         return {"kind": "composed", "obs_shape": list(self.obs_shape), **sizes,
                 "hidden_sizes": list(self.hidden_sizes), **parts, "normalize_obs": self.normalize_obs}
 
@@ -192,14 +207,14 @@ class ComposedActorCritic(nn.Module):
 
 
 def composed_for_env(spec: EnvSpec, hidden_sizes: Sequence[int], normalize_obs: bool,
-                     init_log_std: float, memory_size: int = 0) -> ComposedActorCritic:
+                     init_log_std: float, memory_size: int = 0, lstm: bool = False) -> ComposedActorCritic:
     """``--policy composed``: MinAtar's CNN (one 3x3 convolution of 16 channels) for ``[H, W, C]`` frames, an
-    MLP otherwise; the hidden sizes are the run's; a GRU of ``memory_size`` units after each encoder (``--memory
-    gru``)."""
+    MLP otherwise; the hidden sizes are the run's; a GRU (``lstm``: an LSTM) of ``memory_size`` units after each
+    encoder (``--memory gru`` or ``lstm``)."""
     if "critic" in spec.obs_groups:
         raise ValueError("policy kind 'composed' has no critic observation group yet: use --policy auto")
     frames = len(spec.obs_shape) == 3
     sizes = {"action_dim": spec.action_size, "init_log_std": init_log_std} if spec.is_continuous \
         else {"num_actions": spec.num_actions}
     return ComposedActorCritic(spec.obs_shape, hidden_sizes=hidden_sizes, channels=(16,) if frames else (),
-                               memory_size=memory_size, normalize_obs=normalize_obs, **sizes)
+                               memory_size=memory_size, lstm=lstm, normalize_obs=normalize_obs, **sizes)

@@ -133,6 +133,6 @@ register_policy_kind(PolicyKind(
 register_policy_kind(PolicyKind(
     "composed", "rl_gpu.nn.composed:ComposedActorCritic",
     {"obs_shape": list, "num_actions": int, "action_dim": int, "hidden_sizes": list, "channels": list,
-     "memory_size": int, "normalize_obs": bool, "init_log_std": float},
+     "memory_size": int, "lstm": bool, "normalize_obs": bool, "init_log_std": float},
     ("obs_shape",), "any", "rl_gpu.nn.composed:composed_for_env",
-    "encoder (CNN for bool/uint8 [H, W, C] frames, else MLP) + optional GRU memory + head, and its own critic"))
+    "encoder (CNN for [H, W, C] frames, else MLP) + optional GRU/LSTM memory + head, and its own critic"))

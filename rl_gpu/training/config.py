@@ -81,12 +81,12 @@ class TrainConfig:
     policy: str = "auto"
     """policy kind (rl_gpu.nn.kinds): auto = the algorithm's own for the environment's actions; or a registered
     kind, such as one of your own (PPO: categorical, gaussian, or yours)"""
-    memory: Literal["none", "gru"] = "none"
-    """a policy with memory (PPO): gru = a GRU after each encoder of the composed policy (rl_gpu.nn.composed),
+    memory: Literal["none", "gru", "lstm"] = "none"
+    """a policy with memory (PPO): a GRU or an LSTM after each encoder of the composed policy (rl_gpu.nn.composed),
     its state carried through rollouts and reset where episodes end; minibatches become whole environments'
     sequences (--num-envs divisible by --num-minibatches); trains eagerly (--compile off or auto)"""
     memory_size: int = 64
-    """units of the --memory GRU"""
+    """units of the --memory GRU or LSTM"""
     normalize_obs: bool = False
     """normalise observations by running mean and variance (statistics saved with the policy)"""
     init_log_std: float = 0.0
@@ -205,8 +205,8 @@ class TrainConfig:
         if not -20.0 <= self.init_log_std <= 20.0:
             # exp(log std) must stay a usable float32 standard deviation.
             raise UsageError(f"--init-log-std must be between -20 and 20, got {self.init_log_std!r}")
-        if self.memory not in ("none", "gru"):
-            raise UsageError(f"--memory must be none or gru, got {self.memory!r}")
+        if self.memory not in ("none", "gru", "lstm"):
+            raise UsageError(f"--memory must be none, gru or lstm, got {self.memory!r}")
         if isinstance(self.memory_size, bool) or not isinstance(self.memory_size, int) \
                 or not 1 <= self.memory_size <= 65536:
             raise UsageError(f"--memory-size must be a whole number from 1 to 65536, got {self.memory_size!r}")

@@ -106,7 +106,7 @@ class Trainer(CheckpointMixin):
                 anneal_lr=config.anneal_lr,
                 num_steps=config.num_steps, hidden_sizes=tuple(config.hidden_sizes),
                 normalize_obs=config.normalize_obs, init_log_std=config.init_log_std, policy=config.policy,
-                memory_size=config.memory_size if config.uses_memory else 0,
+                memory_size=config.memory_size if config.uses_memory else 0, lstm=config.memory == "lstm",
                 # A policy with memory trains eagerly for now (the config refuses any other explicit mode).
                 compile="off" if config.uses_memory else resolve_compile(
                     ranks.resolve_compile(config.compile, self.device), self.device),

@@ -47,9 +47,9 @@ class RecallEnv(TensorEnv[Cue]):
         return torch.stack([shown, (s.t == STEPS - 1).float()], dim=-1)
 
 
-def _policy(memory: int, seed: int = 0) -> ComposedActorCritic:
+def _policy(memory: int, seed: int = 0, lstm: bool = False) -> ComposedActorCritic:
     torch.manual_seed(seed)
-    return ComposedActorCritic((2,), num_actions=2, hidden_sizes=(16,), memory_size=memory)
+    return ComposedActorCritic((2,), num_actions=2, hidden_sizes=(16,), memory_size=memory, lstm=lstm)
 
 
 def test_the_first_minibatch_replays_the_collection_exactly():
@@ -91,16 +91,16 @@ def test_what_it_cannot_train_yet_is_refused():
         PPO(_policy(8), PPOConfig(num_minibatches=4), 1e-3, seed=0, env=RecallEnv(6, seed=0), num_steps=8)
 
 
-def _train(memory: int) -> float:
-    algo = PPO(_policy(memory), PPOConfig(num_minibatches=2, update_epochs=4, ent_coef=0.01), 3e-3, seed=0,
+def _train(memory: int, lstm: bool = False) -> float:
+    algo = PPO(_policy(memory, lstm=lstm), PPOConfig(num_minibatches=2, update_epochs=4, ent_coef=0.01), 3e-3, seed=0,
                env=RecallEnv(32, seed=0), num_steps=16)
     returns = [float(algo.iterate()["episode_return"]) for _ in range(40)]
     return sum(returns[-5:]) / 5
 
 
 def test_memory_learns_the_cue_a_feed_forward_policy_cannot_see():
-    with_memory, without = _train(16), _train(0)
-    assert with_memory > 0.9 and without < 0.7, (with_memory, without)
+    gru, lstm, without = _train(16), _train(16, lstm=True), _train(0)
+    assert gru > 0.9 and lstm > 0.9 and without < 0.7, (gru, lstm, without)
 
 
 def test_memory_from_the_command_line_trains_evaluates_and_loads(tmp_path, call_main):

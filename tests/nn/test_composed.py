@@ -71,15 +71,17 @@ def test_it_trains_evaluates_loads_and_exports_through_the_cli(tmp_path, call_ma
     assert torch.equal(scripted(obs.reshape(8, -1).float()), loaded.act(obs))
 
 
-def _memory_policy():
+def _memory_policy(lstm=False):
     torch.manual_seed(0)
-    return ComposedActorCritic((4,), num_actions=2, hidden_sizes=(8,), memory_size=6)
+    return ComposedActorCritic((4,), num_actions=2, hidden_sizes=(8,), memory_size=6, lstm=lstm)
 
 
-def test_memory_resets_exactly_on_the_rows_that_restart():
+@pytest.mark.parametrize("lstm", [False, True])
+def test_memory_resets_exactly_on_the_rows_that_restart(lstm):
 
     env = make("CartPole-v1", num_envs=6, device="cpu", seed=0, max_episode_steps=5)
-    policy = _memory_policy()
+    policy = _memory_policy(lstm)
+    assert policy.initial_state(6).shape == (6, 2, 12 if lstm else 6)
     rollout = collect(policy, env, 12, torch.Generator().manual_seed(1))
     assert torch.equal(rollout.policy_state0, policy.initial_state(6))
     done = rollout.terminated | rollout.truncated
@@ -97,10 +99,11 @@ def test_memory_resets_exactly_on_the_rows_that_restart():
         policy.export_module()
 
 
-def test_a_sequence_replayed_from_its_recorded_state_gives_back_its_log_probs_and_values():
+@pytest.mark.parametrize("lstm", [False, True])
+def test_a_sequence_replayed_from_its_recorded_state_gives_back_its_log_probs_and_values(lstm):
 
     env = make("CartPole-v1", num_envs=5, device="cpu", seed=2, max_episode_steps=4)
-    policy = _memory_policy()
+    policy = _memory_policy(lstm)
     rollout = collect(policy, env, 10, torch.Generator().manual_seed(3))
     done = rollout.terminated | rollout.truncated
     starts = torch.cat([torch.zeros_like(done[:1]), done[:-1]])

@@ -120,7 +120,7 @@ class PPO(LearningRateSchedule):
         """The runner's constructor: an actor-critic sized for ``setup.env``, bound to it."""
         env = setup.env
         policy = policy_for_env(env.spec, setup.hidden_sizes, setup.normalize_obs, setup.init_log_std,
-                                kind=setup.policy, memory_size=setup.memory_size)
+                                kind=setup.policy, memory_size=setup.memory_size, lstm=setup.lstm)
         policy = policy.to(env.device)
         algo = cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
