@@ -113,11 +113,9 @@ class AcrobotEnv(TensorEnv[AcrobotState]):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        # The bounds follow this instance's parameters (max_vel_1, max_vel_2), as Gymnasium's space does.
         self.obs_high = _obs_high(self.params)
         self.obs_low = tuple(-v for v in self.obs_high)
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
         self._torques = torch.tensor(self.params.AVAIL_TORQUE, dtype=torch.float64, device=self.device)
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> AcrobotState:

@@ -379,3 +379,10 @@ def test_reference_adapter_round_trip() -> None:
 def test_all_classic_envs_are_tensor_envs_with_docstrings() -> None:
     for cls in CLASSES.values():
         assert issubclass(cls, TensorEnv) and "Truncated" in cls.__doc__ and "Reward" in cls.__doc__
+
+
+def test_acrobot_bounds_follow_its_parameters() -> None:
+    # Gymnasium's observation space reads the instance's velocity limits; so do the spec's bounds.
+    default, faster = make("Acrobot-v1", num_envs=2), make("Acrobot-v1", num_envs=2, max_vel_1_pi=8.0)
+    assert faster.spec.obs_high[4] == 2 * default.spec.obs_high[4]
+    assert faster.spec.obs_low == tuple(-v for v in faster.spec.obs_high)
