@@ -202,12 +202,18 @@ class LoadedPolicy:
             raise ValueError("this policy has no memory: use act(obs)")
         x, mask, single, as_numpy = self._inputs(obs, mask, deterministic)
         want = tuple(self.initial_state(x.shape[0]).shape)
-        if not isinstance(state, Tensor) or tuple(state.shape) != want:
-            got = list(state.shape) if isinstance(state, Tensor) else type(state).__name__
-            raise ValueError(f"state must be a tensor of shape {list(want)} (initial_state({x.shape[0]}) or the "
-                             f"previous call's), got {got}")
-        out, after = self.policy.act_with_state(x, state.to(self.device, torch.float32), mask, generator,
-                                                deterministic)
+        try:
+            state = torch.as_tensor(state, device=self.device)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"state must be a tensor or array of numbers, got {type(state).__name__}") from None
+        if tuple(state.shape) != want or state.dtype == torch.bool or state.is_complex():
+            raise ValueError(f"state must be real numbers of shape {list(want)} (initial_state({x.shape[0]}) or the "
+                             f"previous call's), got {state.dtype} {list(state.shape)}")
+        state = state.to(torch.float32)
+        if self.check_inputs and not bool(torch.isfinite(state).all()):
+            raise ValueError("state has NaN or infinite values; an action from it would be meaningless "
+                             "(rl_gpu.load(..., check_inputs=False) skips this check)")
+        out, after = self.policy.act_with_state(x, state, mask, generator, deterministic)
         return self._output(out.action, single, as_numpy), after
 
     def initial_state(self, num_envs: int) -> Tensor:

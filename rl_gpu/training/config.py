@@ -208,8 +208,9 @@ class TrainConfig:
         if self.memory not in ("none", "gru", "lstm"):
             raise UsageError(f"--memory must be none, gru or lstm, got {self.memory!r}")
         if isinstance(self.memory_size, bool) or not isinstance(self.memory_size, int) \
-                or not 1 <= self.memory_size <= 65536:
-            raise UsageError(f"--memory-size must be a whole number from 1 to 65536, got {self.memory_size!r}")
+                or not 1 <= self.memory_size <= MAX_MEMORY_SIZE:
+            raise UsageError(f"--memory-size must be a whole number from 1 to {MAX_MEMORY_SIZE}, got "
+                             f"{self.memory_size!r}")
         if self.uses_memory and self.policy not in ("auto", "composed"):
             raise UsageError(f"--memory builds the composed policy (rl_gpu.nn.composed), not --policy {self.policy}:"
                              " drop --policy or pass --policy composed")
@@ -262,6 +263,10 @@ class TrainConfig:
         values["overwrite"] = False
         return values
 
+
+MAX_MEMORY_SIZE = 4096
+"""The largest ``--memory-size``: two cells of 4096 units hold about 400 MB of weights; 65536 would ask for 100 GB
+(refused here rather than failing in the allocator)."""
 
 RESUMABLE_CHANGES = frozenset(
     {"max_updates", "total_timesteps", "device", "threads", "compile", "log_every", "checkpoint_every",

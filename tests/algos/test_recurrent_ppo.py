@@ -130,5 +130,13 @@ def test_memory_from_the_command_line_trains_evaluates_and_loads(tmp_path, call_
     assert torch.equal(actions, out.action) and torch.equal(after, expected)
     with pytest.raises(ValueError, match="act_with_state"):
         loaded.act(obs)
-    with pytest.raises(ValueError, match=r"state must be a tensor of shape \[5, 2, 8\]"):
+    with pytest.raises(ValueError, match=r"state must be real numbers of shape \[5, 2, 8\]"):
         loaded.act_with_state(obs, torch.zeros(5, 8))
+    with pytest.raises(ValueError, match="state has NaN"):
+        loaded.act_with_state(obs, state.clone().fill_(float("nan")))
+    same, _ = loaded.act_with_state(obs, state.numpy())  # an array is taken too
+    assert torch.equal(same, actions)
+    code, _, err = call_main(train, "--env", "CartPole-v1", "--memory", "gru", "--memory-size", "65536",
+                             "--output", tmp_path / "huge")
+    assert code == 2 and "--memory-size must be a whole number from 1 to 4096" in err, err
+    assert not (tmp_path / "huge").exists()
