@@ -21,7 +21,7 @@ from torch import Tensor
 from rl_gpu.collect.reference import critic_kwargs
 from rl_gpu.collect.seats import seat_column
 from rl_gpu.core.pytree import tree_bytes, tree_stack
-from rl_gpu.core.types import Actor, FunctionalEnv
+from rl_gpu.core.types import Actor, FunctionalEnv, VecEnv
 from rl_gpu.data.rollout import Rollout, empty_rollout
 from rl_gpu.envs.base import EnvState
 from rl_gpu.nn import distributions as D
@@ -146,6 +146,14 @@ def rollout_step(
     return StepCarry(state, step.obs, step.action_mask, step.current_player, next_live, step.critic_obs), record
 
 
+def action_noise(actor: Actor, env: VecEnv, generator: torch.Generator | None) -> Tensor:
+    """One step's sampling noise for ``actor`` on ``env``'s N rows, drawn as its ``act(generator=...)`` would
+    draw it: ``[N, D]`` standard normal (continuous actions) or ``[N, A]`` uniform."""
+    if actor.is_continuous:
+        return D.gaussian_noise((env.num_envs, *env.action_shape), generator, env.device)
+    return D.categorical_noise((env.num_envs, env.num_actions), generator, env.device)
+
+
 def _unbind(x: Tensor | None, steps: int) -> tuple[Tensor, ...] | list[None]:
     return x.unbind(0) if x is not None else [None] * steps
 
@@ -199,10 +207,7 @@ class RolloutEngine:
         self._value = compile_unit(policy.value, compile) if not episodic else None
 
     def _noise(self, actor: Actor, generator: torch.Generator | None) -> Tensor:
-        env = self.env
-        if actor.is_continuous:
-            return D.gaussian_noise((env.num_envs, *env.action_shape), generator, env.device)
-        return D.categorical_noise((env.num_envs, env.num_actions), generator, env.device)
+        return action_noise(actor, self.env, generator)
 
     def draw(
         self,

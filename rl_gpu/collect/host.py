@@ -23,10 +23,10 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from rl_gpu.collect.engine import action_noise
 from rl_gpu.collect.reference import critic_kwargs
 from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.data.rollout import Rollout
-from rl_gpu.nn import distributions as D
 from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.runtime.compile import CompileMode, compile_unit
 
@@ -78,12 +78,7 @@ class HostCollector:
         self._value = compile_unit(partial(value_half, policy), compile)
 
     def _noise(self, generator: torch.Generator | None) -> Tensor | None:
-        env = self.env
-        if self.deterministic:
-            return None
-        if self.policy.is_continuous:
-            return D.gaussian_noise((env.num_envs, *env.action_shape), generator, env.device)
-        return D.categorical_noise((env.num_envs, env.num_actions), generator, env.device)
+        return None if self.deterministic else action_noise(self.policy, self.env, generator)
 
     @torch.no_grad()
     def collect(self, policy_rng: torch.Generator | None = None,

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from rl_gpu.core.types import EnvSpec, PolicyOutput
 from rl_gpu.nn.deploy import DeployedActor
-from rl_gpu.nn.encoders import make_encoder
+from rl_gpu.nn.encoders import leading_dims, make_encoder
 from rl_gpu.nn.heads import make_head
 from rl_gpu.nn.layers import layer_init
 from rl_gpu.nn.normalization import RunningMeanStd, to_float
@@ -85,9 +85,7 @@ class ComposedActorCritic(nn.Module):
         x = to_float(obs)
         if self.obs_rms is None:
             return x
-        lead = x.shape[:x.dim() - len(self.obs_shape)] if tuple(x.shape[-len(self.obs_shape):]) == self.obs_shape \
-            else x.shape[:-1]
-        return self.obs_rms(x.reshape(*lead, self.obs_dim))
+        return self.obs_rms(x.reshape(*leading_dims(x, self.obs_shape), self.obs_dim))
 
     def _features(self, obs: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
         """``(actor features, critic features, next state)`` for ``[N, *O]`` observations."""
@@ -140,7 +138,7 @@ class ComposedActorCritic(nn.Module):
         """Merge observations (``[..., *O]``, rows weighted by ``weight``) into the running statistics."""
         if self.obs_rms is not None:
             x = to_float(obs)
-            self.obs_rms.update(x.reshape(*x.shape[:x.dim() - len(self.obs_shape)], self.obs_dim), weight)
+            self.obs_rms.update(x.reshape(*leading_dims(x, self.obs_shape), self.obs_dim), weight)
 
     # --- memory -------------------------------------------------------------------------------------------
 

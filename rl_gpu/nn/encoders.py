@@ -19,11 +19,11 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from rl_gpu.nn.layers import layer_init
+from rl_gpu.nn.layers import hidden_layers
 from rl_gpu.nn.normalization import to_float
 
 
-def _leading(x: Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
+def leading_dims(x: Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
     """The leading dimensions of ``x``, whose trailing ones are ``shape`` or its flat size."""
     if tuple(x.shape[-len(shape):]) == shape:
         return tuple(x.shape[:-len(shape)])
@@ -51,16 +51,11 @@ class MLPEncoder(nn.Module):
     def __init__(self, obs_shape: Sequence[int], hidden_sizes: Sequence[int]) -> None:
         super().__init__()
         self.obs_shape = tuple(int(s) for s in obs_shape)
-        size = math.prod(self.obs_shape)
-        layers: list[nn.Module] = []
-        for hidden in hidden_sizes:
-            layers += [layer_init(nn.Linear(size, hidden)), nn.Tanh()]
-            size = hidden
+        layers, self.out_size = hidden_layers(math.prod(self.obs_shape), hidden_sizes)
         self.layers = nn.Sequential(*layers)
-        self.out_size = size
 
     def forward(self, obs: Tensor) -> Tensor:
-        lead = _leading(obs, self.obs_shape)
+        lead = leading_dims(obs, self.obs_shape)
         return self.layers(to_float(obs).reshape(*lead, -1))
 
     def deploy_layers(self) -> nn.Module:
@@ -88,16 +83,12 @@ class CNNEncoder(nn.Module):
             convs += [nn.Conv2d(c, k, 3), nn.ReLU()]
             c = k
         self.convs = nn.Sequential(*convs)
-        size = c * (h - 2 * len(channels)) * (w - 2 * len(channels))
-        layers: list[nn.Module] = []
-        for hidden in hidden_sizes:
-            layers += [layer_init(nn.Linear(size, hidden)), nn.ReLU()]
-            size = hidden
+        flat = c * (h - 2 * len(channels)) * (w - 2 * len(channels))
+        layers, self.out_size = hidden_layers(flat, hidden_sizes, nn.ReLU)
         self.layers = nn.Sequential(*layers)
-        self.out_size = size
 
     def forward(self, obs: Tensor) -> Tensor:
-        lead = _leading(obs, self.obs_shape)
+        lead = leading_dims(obs, self.obs_shape)
         frames = to_float(obs).reshape(-1, *self.obs_shape).permute(0, 3, 1, 2)   # [B, C, H, W]
         return self.layers(self.convs(frames).flatten(1)).reshape(*lead, -1)
 

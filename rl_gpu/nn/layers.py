@@ -23,15 +23,22 @@ def layer_init(layer: nn.Linear, gain: float = math.sqrt(2.0), bias: float = 0.0
     return layer
 
 
-def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, out_gain: float) -> nn.Sequential:
-    """Tanh MLP with orthogonal initialisation; the last layer gets gain ``out_gain``."""
+def hidden_layers(in_size: int, hidden_sizes: Sequence[int],
+                  activation: type[nn.Module] = nn.Tanh) -> tuple[list[nn.Module], int]:
+    """``(layers, out_size)``: orthogonally initialised linear layers of ``hidden_sizes``, each followed by
+    ``activation`` (the hidden part of an MLP or of an encoder)."""
     layers: list[nn.Module] = []
     size = in_size
     for hidden in hidden_sizes:
-        layers += [layer_init(nn.Linear(size, hidden)), nn.Tanh()]
+        layers += [layer_init(nn.Linear(size, hidden)), activation()]
         size = hidden
-    layers.append(layer_init(nn.Linear(size, out_size), gain=out_gain))
-    return nn.Sequential(*layers)
+    return layers, size
+
+
+def mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int, out_gain: float) -> nn.Sequential:
+    """Tanh MLP with orthogonal initialisation; the last layer gets gain ``out_gain``."""
+    layers, size = hidden_layers(in_size, hidden_sizes)
+    return nn.Sequential(*layers, layer_init(nn.Linear(size, out_size), gain=out_gain))
 
 
 def relu_mlp(in_size: int, hidden_sizes: Sequence[int], out_size: int) -> nn.Sequential:

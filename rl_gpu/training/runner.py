@@ -363,21 +363,22 @@ class Trainer(CheckpointMixin):
         self.state.train_seconds += time.perf_counter() - start
         seconds, self._read_seconds = self.state.train_seconds - self._read_seconds, self.state.train_seconds
         layout = self.layout
-        lines = []
-        collected_rows = []
-        for row in rows:
-            values = dict(zip(layout.names, row))
-            collected_rows.append((Collected(*(values.pop(k) for k in Collected._fields)), values))
-        rate = sum(c.transitions for c, _ in collected_rows) / max(seconds, 1e-9)
+        at = layout.names.index("transitions")
+        rate = sum(row[at] for row in rows) / max(seconds, 1e-9)
         terms_named = [f"reward/{t}" for t in self.reward_terms]
-        for i, (p, (collected, values)) in enumerate(zip(pending, collected_rows)):
+        # The algorithm's own means over finished episodes: they mean nothing in an update where none ended.
+        own_means = [n for n, mean in zip(layout.names, layout.per_episode)
+                     if mean and n not in Collected._fields and n not in terms_named]
+        lines = []
+        for i, (p, row) in enumerate(zip(pending, rows)):
+            values = dict(zip(layout.names, row))
+            collected = Collected(*(values.pop(k) for k in Collected._fields))
             episodes, transitions = collected.episodes, collected.transitions
             # A term's mean is NaN in an update where no episode finished: left out, not a numerical fault.
             terms = {name: value for name in terms_named if math.isfinite(value := values.pop(name))}
-            if episodes == 0:  # the algorithm's own means over finished episodes mean nothing then
-                for name, per_episode in zip(layout.names, layout.per_episode):
-                    if per_episode:
-                        values.pop(name, None)
+            if episodes == 0:
+                for name in own_means:
+                    del values[name]
             self.state.global_step += int(transitions)
             record = {"episodes": int(episodes), "transitions": int(transitions), **values,
                       "time": self.state.train_seconds if i == len(pending) - 1 else p.train_seconds,
