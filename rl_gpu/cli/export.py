@@ -105,26 +105,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _export(config)
 
 
+def agent_outputs(output: Path, num_agents: int) -> list[Path]:
+    """Where the actors of a policy with one network per agent go: ``actor.onnx`` -> ``actor.agent0.onnx``, ..."""
+    return [output.with_name(f"{output.stem}.agent{m}{output.suffix}") for m in range(num_agents)]
+
+
 def _export(config: ExportConfig) -> int:
     bounds: dict = {}
     report: list[str] = []
+    written: list[Path] = []
     try:
         fmt = config.resolved_format()
         if config.quantize is not None and fmt != "onnx":
             raise ExportError(f"--quantize {config.quantize} applies to ONNX exports; this one is {fmt}")
         check_output(config.output, [config.checkpoint])
         policy, payload = load_policy(config.checkpoint, torch.device("cpu"))
+        per_agent = callable(getattr(policy, "agent", None))
+        if per_agent and config.quantize is not None:
+            raise ExportError("--quantize measures agreement on one policy's observations; this checkpoint has one "
+                              "network per agent: export without --quantize (one file per agent)")
+        # One network per agent: one file each, every path checked before any is written.
+        parts = ([(path, policy.agent(m)) for m, path in enumerate(agent_outputs(config.output, policy.num_agents))]
+                 if per_agent else [(config.output, policy)])
+        for path, _ in parts if per_agent else ():
+            check_output(path, [config.checkpoint])
         if config.clip_actions or config.quantize:
             check_trusted_env(payload.get("env_id"), config.checkpoint, config.trust_env)
         if config.clip_actions:
             bounds["action_low"], bounds["action_high"] = action_bounds(policy, payload.get("env_id"))
         metadata = {"env_id": payload.get("env_id"), "update": payload.get("update"),
                     "global_step": payload.get("global_step"), "checkpoint": str(config.checkpoint)}
-        data = policy_bytes(policy, fmt, metadata, **bounds)
-        model = DeterministicPolicy(policy, **bounds)
-        if config.quantize is not None:
-            data, report = quantized(policy, data, model, payload)
-        atomic_write_bytes(config.output, data, [config.checkpoint])
+        files = []
+        for m, (path, part) in enumerate(parts):
+            data = policy_bytes(part, fmt, {**metadata, "agent": m} if per_agent else metadata, **bounds)
+            model = DeterministicPolicy(part, **bounds)
+            if config.quantize is not None:
+                data, report = quantized(part, data, model, payload)
+            files.append((path, data))
+        for path, data in files:
+            atomic_write_bytes(path, data, [config.checkpoint])
+            written.append(path)
     except (CheckpointError, ExportError, UsageError, ValueError, OSError) as e:
         fail(PROG, str(e))
     inputs = f"obs [N, {model.obs_dim}] float32"
@@ -139,11 +159,12 @@ def _export(config: ExportConfig) -> int:
         notes.append(f"actions clipped to low {low}, high {high}")
     if config.quantize is not None:
         notes.append(f"{config.quantize} weights")
-    print(f"wrote {config.output} ({fmt}): {inputs} -> {output}{''.join('; ' + n for n in notes)}")
+    names = ", ".join(str(p) for p in written)
+    each = " (one per agent, agent m's actor in .agent<m>)" if len(written) > 1 else ""
+    print(f"wrote {names} ({fmt}){each}: {inputs} -> {output}{''.join('; ' + n for n in notes)}")
     for line in report:
         print(line)
     return 0
-
 
 if __name__ == "__main__":
     from rl_gpu.cli.safe_path import drop_cwd_from_path

@@ -151,6 +151,9 @@ class LoadedPolicy:
         """The policy has memory: it acts through :meth:`act_with_state`."""
         self.num_actions = None if self.is_continuous else int(policy.num_actions)
         self.action_dim = int(policy.action_dim) if self.is_continuous else None
+        self.num_agents = int(policy.num_agents) if callable(getattr(policy, "agent", None)) else None
+        """A policy with one network per agent: ``act`` takes ``[N, M, O]`` observations (or ``[M, O]``), agent m's
+        network acting on ``[:, m]``, and returns ``[N, M]`` (``[N, M, D]``) actions."""
 
     def __repr__(self) -> str:
         actions = f"action_dim={self.action_dim}" if self.is_continuous else f"num_actions={self.num_actions}"
@@ -189,8 +192,34 @@ class LoadedPolicy:
         if self.is_recurrent:
             raise ValueError("this policy has memory: act_with_state(obs, state) gives the actions and the next "
                              "state, starting from initial_state(N)")
+        if self.num_agents is not None:
+            return self._act_per_agent(obs, mask, deterministic, generator)
         x, mask, single, as_numpy = self._inputs(obs, mask, deterministic)
         return self._output(self.policy.act(x, mask, generator, deterministic).action, single, as_numpy)
+
+    def _act_per_agent(self, obs: Any, mask: Any, deterministic: bool, generator: torch.Generator | None) -> Any:
+        """:meth:`act` for a policy with one network per agent: ``[N, M, O]`` or ``[M, O]`` observations (and
+        masks ``[N, M, A]`` or ``[M, A]``) as agent-minor rows."""
+        as_numpy = type(obs).__module__ == "numpy"
+        m = self.num_agents
+        try:
+            x = torch.as_tensor(obs, device=self.device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"obs must be a tensor or array of numbers ({str(e).strip()[:120]})") from None
+        if x.ndim not in (2, 3) or tuple(x.shape[-2:]) != (m, self.obs_dim):
+            raise ValueError(f"this policy has one network per agent: obs must have shape [N, {m}, {self.obs_dim}] "
+                             f"(world, agent, observation) or [{m}, {self.obs_dim}], got {list(x.shape)}")
+        worlds = x.shape[:-2]
+        if mask is not None:
+            mask = torch.as_tensor(mask, device=self.device)
+            if tuple(mask.shape[:-1]) != (*worlds, m):
+                raise ValueError(f"mask must have shape [{', '.join(map(str, (*worlds, m)))}, A] like obs, got "
+                                 f"{list(mask.shape)}")
+            mask = mask.reshape(-1, mask.shape[-1])
+        rows, mask, _, _ = self._inputs(x.reshape(-1, self.obs_dim), mask, deterministic)
+        action = self.policy.act(rows, mask, generator, deterministic).action
+        action = action.reshape(*worlds, m, *action.shape[1:])
+        return action.cpu().numpy() if as_numpy else action
 
     @torch.no_grad()
     def act_with_state(self, obs: Any, state: Tensor, mask: Any = None, deterministic: bool = True,

@@ -136,3 +136,8 @@ register_policy_kind(PolicyKind(
      "memory_size": int, "lstm": bool, "normalize_obs": bool, "init_log_std": float},
     ("obs_shape",), "any", "rl_gpu.nn.composed:composed_for_env",
     "encoder (CNN for [H, W, C] frames, else MLP) + optional GRU/LSTM memory + head, and its own critic"))
+register_policy_kind(PolicyKind(
+    "per_agent", "rl_gpu.nn.per_agent:PerAgentActorCritic",
+    {"obs_dim": int, "num_agents": int, "num_actions": int, "action_dim": int, "hidden_sizes": list,
+     "normalize_obs": bool, "init_log_std": float, "critic_obs_dim": int},
+    ("obs_dim", "num_agents"), "any", None, "one actor-critic per agent, stacked (MAPPO/IPPO without sharing)"))

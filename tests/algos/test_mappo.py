@@ -5,7 +5,6 @@ explains the returns."""
 
 import copy
 import dataclasses
-from typing import NamedTuple
 
 import pytest
 import torch
@@ -16,38 +15,8 @@ from rl_gpu.algos.mappo.config import MAPPOConfig
 from rl_gpu.algos.ppo.algorithm import PPO
 from rl_gpu.collect.reference import collect
 from rl_gpu.data.rollout import Rollout
-from rl_gpu.envs.base import TensorEnv
+from rl_gpu.envs.testing.xor import HiddenXorEnv
 from rl_gpu.envs.cartpole import CartPoleEnv
-
-
-class Bits(NamedTuple):
-    bits: torch.Tensor
-    """[N, 2] float: each agent's private coin."""
-
-
-class HiddenXorEnv(TensorEnv[Bits]):
-    """Each of two agents sees only its own coin; both are paid 1 when the coins differ. One-step episodes:
-    the value of a state is its reward, which an agent's own coin says nothing about (XOR) while both coins
-    say everything. The critic group is both coins."""
-
-    num_agents = 2
-    obs_shape = (1,)
-    num_actions = 2
-    critic_obs_shape = (2,)
-    max_episode_steps = 1
-
-    def _sample_initial_state(self, n, g):
-        return Bits(torch.randint(0, 2, (n, 2), generator=g, device=self.device).float())
-
-    def _transition(self, s, action):
-        reward = (s.bits[:, 0] != s.bits[:, 1]).float()
-        return s, reward[:, None].expand(-1, 2).clone(), torch.ones_like(reward, dtype=torch.bool)
-
-    def _observe(self, s):
-        return s.bits[:, :, None].clone()
-
-    def _observe_critic(self, s):
-        return s.bits.clone()
 
 
 def _setup(env, seed=0, **kw):

@@ -60,3 +60,36 @@ def test_what_cannot_work_is_one_line_exit_2(tmp_path, args, needles):
     for needle in needles:
         assert needle in err, (needle, err)
     assert not out.exists()
+
+
+def test_one_network_per_agent_trains_evaluates_exports_one_file_per_agent_loads_and_resumes(tmp_path):
+    out = tmp_path / "nav"
+    two_agents = [a if a != "vmas:navigation" else "vmas:navigation?n_agents=2" for a in TINY]
+    code, text, err = call_main(main, "--algo", "ippo", *two_agents, "--no-share-params", "--output", out)
+    assert code == 0, err
+    run_dir = out / "seed-3"
+    assert json.loads((run_dir / "config.json").read_text())["ippo"]["share_params"] is False
+    code, text, err = call_main(evaluate_main, run_dir / "best.pt", "--episodes", "4")
+    assert code == 0, err
+    onnx = tmp_path / "actor.onnx"
+    code, text, err = call_main(export_main, run_dir / "best.pt", "--output", onnx)
+    assert code == 0, err
+    files = [tmp_path / "actor.agent0.onnx", tmp_path / "actor.agent1.onnx"]
+    assert all(f.stat().st_size > 0 for f in files) and not onnx.exists(), text
+    assert "one per agent" in text
+    # Each file is its agent's actor: onnxruntime gives what the loaded policy does for that agent.
+    ort = pytest.importorskip("onnxruntime")
+    import rl_gpu
+
+    loaded = rl_gpu.load(run_dir / "best.pt")
+    obs = torch.randn(5, 2, loaded.obs_dim)
+    actions = loaded.act(obs)
+    assert actions.shape == (5, 2, 2)
+    for m, f in enumerate(files):
+        session = ort.InferenceSession(str(f), providers=["CPUExecutionProvider"])
+        got = session.run(None, {session.get_inputs()[0].name: obs[:, m].numpy()})[0]
+        torch.testing.assert_close(torch.from_numpy(got), actions[:, m], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"obs must have shape \[N, 2, 18\]"):
+        loaded.act(torch.zeros(5, 18))
+    code, _, err = call_main(main, "--resume", run_dir, "--max-updates", "3")
+    assert code == 0, err

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+from torch import Tensor
+
 from rl_gpu.algos.base import Iteration, Setup
 from rl_gpu.algos.mappo.config import MAPPOConfig
 from rl_gpu.algos.ppo.algorithm import PPO
@@ -25,6 +28,7 @@ from rl_gpu.data.episodes import agent_metrics
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import policy_for_env
 from rl_gpu.nn.normalization import ValueNormalizer
+from rl_gpu.nn.per_agent import PerAgentActorCritic
 
 
 AGENT_METRICS = ("team_return", "agent_return_min", "agent_return_max")
@@ -56,11 +60,28 @@ class MAPPO(PPO):
         if cls.centralised and "critic" not in spec.obs_groups:
             raise ValueError(f"--algo mappo's critic reads the world's critic observation group, and "
                              f"{type(env).__name__} has none: use --algo ippo")
-        policy = policy_for_env(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
-                                setup.init_log_std).to(env.device)
+        if config.share_params:
+            policy = policy_for_env(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
+                                    setup.init_log_std)
+        else:
+            cls._check_separate(config, setup.num_steps * env.num_envs)
+            policy = PerAgentActorCritic.for_spec(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
+                                                  setup.init_log_std)
+        policy = policy.to(env.device)
         return cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
                    opponent_seed=derive_seed(setup.seed, "opponent"))
+
+    @classmethod
+    def _check_separate(cls, config: MAPPOConfig, world_steps: int) -> None:
+        """Separate networks per agent learn from minibatches of whole world-steps (every agent's row of each)."""
+        if world_steps % config.num_minibatches:
+            raise ValueError(f"--algo {cls.name} with --no-share-params splits the rollout's {world_steps} world-steps "
+                             f"(num_steps x num_envs) into minibatches: num_minibatches={config.num_minibatches} "
+                             "must divide it")
+        if config.micro_batch_size is not None:
+            raise ValueError(f"--algo {cls.name} with --no-share-params takes no --micro-batch-size (a micro-batch "
+                             "would split a world-step's agents)")
 
     def __init__(self, policy, config: MAPPOConfig, *args, **kwargs) -> None:
         super().__init__(policy, config, *args, **kwargs)
@@ -80,6 +101,15 @@ class MAPPO(PPO):
         super().load_state_dict(state)
         if self.value_normalizer is not None:
             self.value_normalizer.load_state_dict(state["value_normalizer"])
+
+    def _permutations(self, num_slots: int) -> Tensor:
+        """PPO's shuffles over every agent's decisions; with one network per agent, over world-steps, each bringing
+        its M agent rows in order (slot ``w * M + m``), so a minibatch's rows stay in groups of M."""
+        m = getattr(self._policy, "num_agents", 1)
+        if m == 1:
+            return super()._permutations(num_slots)
+        steps = super()._permutations(num_slots // m)
+        return (steps[..., None] * m + torch.arange(m, device=steps.device)).flatten(-2)
 
     @staticmethod
     def rows_of(env: VecEnv) -> int:

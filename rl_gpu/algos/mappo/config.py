@@ -17,3 +17,6 @@ class MAPPOConfig(PPOConfig):
     value_norm: bool = True
     """the critic learns value targets normalised by their running mean and std (MAPPO's ValueNorm), read back in
     the task's units for advantages"""
+    share_params: bool = True
+    """one actor and one critic shared by every agent (MAPPO's default); off: each agent its own networks (stacked,
+    evaluated in one batched call), minibatches of whole world-steps, and one exported actor file per agent"""
