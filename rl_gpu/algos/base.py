@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.algos.iteration import COLLECTION_METRICS, Collected, Iteration  # noqa: F401 -- the protocol's types
+from rl_gpu.algos.schedules import LRSchedule
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import VecEnv
 from rl_gpu.data.rollout import Rollout
@@ -57,6 +58,9 @@ class Setup:
     """Initial learning rate."""
     anneal_lr: bool = False
     """Decay the learning rate linearly to 0 over training (see :meth:`Algorithm.set_progress`)."""
+    lr_schedule: LRSchedule | None = None
+    """How the learning rate moves over training (:mod:`rl_gpu.algos.schedules`); given, it replaces
+    ``anneal_lr``. An algorithm without that schedule refuses it when built."""
     num_steps: int | None = None
     """Environment steps per iteration (None: the algorithm's default for the environment)."""
     hidden_sizes: tuple[int, ...] = (64, 64)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rl_gpu.algos.schedules import CONSTANT, LINEAR, LRSchedule
 from rl_gpu.runtime.distributed import all_reduce_grads_
 
 
@@ -122,21 +123,32 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float | Tensor) -> N
 
 class LearningRateSchedule:
     """What an algorithm's learning rate does over training, for a class holding ``optimizer``,
-    ``initial_learning_rate`` and ``anneal_lr``."""
+    ``initial_learning_rate`` and ``anneal_lr``; ``lr_schedule`` (:class:`~rl_gpu.algos.schedules.LRSchedule`,
+    set by :meth:`~rl_gpu.algos.registry.AlgorithmSpec.build` from ``Setup.lr_schedule``) replaces ``anneal_lr``
+    when given."""
 
     optimizer: torch.optim.Optimizer
     initial_learning_rate: float
     anneal_lr: bool
+    lr_schedule: LRSchedule | None = None
+
+    @property
+    def schedule(self) -> LRSchedule:
+        """The schedule in force: ``lr_schedule``, else linear with ``anneal_lr``, else constant."""
+        if self.lr_schedule is not None:
+            return self.lr_schedule
+        return LINEAR if self.anneal_lr else CONSTANT
 
     def set_learning_rate(self, lr: float | Tensor) -> None:
         """Write ``lr`` into the device tensor Adam reads (no re-tracing, no host synchronisation)."""
         set_learning_rate(self.optimizer, lr)
 
     def set_progress(self, fraction: float | Tensor) -> None:
-        """With ``anneal_lr``, the learning rate is ``initial * (1 - fraction)`` (``fraction`` a number or a
-        0-dim float64 tensor on the device)."""
-        if self.anneal_lr:
-            self.set_learning_rate(self.initial_learning_rate * (1.0 - fraction))
+        """A schedule that follows progress sets the learning rate to ``initial * factor(fraction)``
+        (``fraction`` a number or a 0-dim float64 tensor on the device)."""
+        schedule = self.schedule
+        if schedule.follows_progress:
+            self.set_learning_rate(self.initial_learning_rate * schedule.factor(fraction))
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, lr: Tensor) -> None:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from rl_gpu.algos.schedules import LR_SCHEDULES
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.named import NamedRegistry, load_entry
 
@@ -68,6 +69,10 @@ class AlgorithmSpec:
     policies: bool = False
     """Trains a policy of any registered kind (``--policy KIND``; :mod:`rl_gpu.nn.kinds`), built through
     ``Setup.policy``; otherwise it builds its own and ``--policy`` is refused."""
+    lr_schedules: tuple[str, ...] = ("constant", "linear", "cosine", "step")
+    """The ``--lr-schedule`` kinds it takes (:mod:`rl_gpu.algos.schedules`): those that follow training progress
+    need the :class:`~rl_gpu.algos.optim.LearningRateSchedule` mixin, ``adaptive-kl`` a KL measured per minibatch
+    (PPO's update)."""
     flag_needs: tuple[tuple[str, str], ...] = ()
     """``(field, switch)`` pairs of its own section: ``field`` does something only with the boolean ``switch`` on,
     so giving it with the switch off is refused (``rl-gpu train`` checks every flag it is given)."""
@@ -118,7 +123,14 @@ class AlgorithmSpec:
 
     def build(self, setup: Any, config: Any) -> Any:
         """The algorithm bound to ``setup`` (:class:`~rl_gpu.algos.base.Setup`) with hyper-parameters ``config``."""
-        return load_entry(self.factory).from_setup(setup, config)
+        algo = load_entry(self.factory).from_setup(setup, config)
+        schedule = getattr(setup, "lr_schedule", None)
+        if schedule is not None and schedule.kind not in self.lr_schedules:
+            raise ValueError(f"--lr-schedule {schedule.kind} does not apply to --algo {self.name} (it takes "
+                             f"{', '.join(self.lr_schedules)})")
+        if schedule is not None and hasattr(algo, "lr_schedule"):
+            algo.lr_schedule = schedule
+        return algo
 
     def build_population(self, members: list, env: Any) -> Any:
         """The ``--parallel`` population of ``members`` (``ValueError`` when they cannot be one)."""
@@ -151,7 +163,13 @@ class AlgorithmSpec:
                    (config.policy != "auto" and not self.policies, f"--policy {config.policy}",
                     "it builds its own networks"),
                    (config.memory != "none" and not self.policies, f"--memory {config.memory}",
-                    "it builds its own networks")]
+                    "it builds its own networks"),
+                   (config.schedule_kind not in self.lr_schedules, f"--lr-schedule {config.schedule_kind}",
+                    f"it takes {', '.join(self.lr_schedules)}"),
+                   (config.parallel and config.schedule_kind == "adaptive-kl", "--parallel with --lr-schedule "
+                    "adaptive-kl", "a population's stacked update measures no KL per member"),
+                   (config.parallel and getattr(config.algo_params, "ent_coef_final", None) is not None,
+                    "--parallel with --ent-coef-final", "a population's members keep their own ent_coef")]
         if config.memory != "none":
             refused += [(config.self_play, f"--self-play with --memory {config.memory}",
                          "a policy with memory trains on single-player tasks for now"),
@@ -205,7 +223,7 @@ register_algorithm(AlgorithmSpec(
     name="ppo", config="rl_gpu.algos.ppo.config:PPOConfig", factory="rl_gpu.algos.ppo.algorithm:PPO",
     summary="proximal policy optimisation (on-policy; discrete or continuous actions)",
     self_play=True, population="rl_gpu.algos.population.ppo:PopulationPPO", pbt="rl_gpu.algos.population.pbt:PBT",
-    policies=True, flag_needs=(("norm_reward_clip", "norm_reward"),)))
+    policies=True, lr_schedules=LR_SCHEDULES, flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
     name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
     summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1,
@@ -218,12 +236,14 @@ register_algorithm(AlgorithmSpec(
     name="neurd", config="rl_gpu.algos.neurd.config:NeuRDConfig", factory="rl_gpu.algos.neurd.algorithm:NeuRD",
     summary="full-width neural replicator dynamics (two-player zero-sum games small enough to enumerate)",
     default_num_steps=1, self_play_only=True, torchrun=False, step_budget=False, compile_modes=("off",),
-    ignores=("num_envs",)))
+    ignores=("num_envs",), lr_schedules=("constant", "linear")))
 register_algorithm(AlgorithmSpec(
     name="mappo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:MAPPO",
     summary="multi-agent PPO with a centralised critic (worlds of several agents acting at once)",
-    agents=True, compile_modes=("off", "inductor"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
+    agents=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES,
+    flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
     name="ippo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:IPPO",
     summary="independent PPO, each agent's critic on its own observation (worlds of several agents)",
-    agents=True, compile_modes=("off", "inductor"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
+    agents=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES,
+    flag_needs=(("norm_reward_clip", "norm_reward"),)))

@@ -9,6 +9,7 @@ by ``rl_gpu.cli.train``), ``--config FILE``, ``--self-play``, ``--parallel`` (``
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from rl_gpu.algos.registry import algorithm_spec
@@ -24,6 +25,9 @@ NEEDS: dict[str, tuple[str, str]] = {
     "pbt": ("parallel", "--parallel"),
     "pbt_interval": ("pbt", "--pbt"),
     "memory_size": ("uses_memory", "--memory gru or lstm"),
+    "lr_step_every": ("steps_lr", "--lr-schedule step"),
+    "lr_step_gamma": ("steps_lr", "--lr-schedule step"),
+    "desired_kl": ("adapts_lr", "--lr-schedule adaptive-kl"),
 }
 """Training flags that do something only with another setting on: ``flag field -> (field, flag)``."""
 
@@ -36,7 +40,7 @@ NOT_ON_RESUME = {
 
 EVERY_MODE = frozenset({
     "env", "algo", "output", "seeds", "parallel", "num_envs", "num_steps", "learning_rate", "anneal_lr",
-    "hidden_sizes", "policy", "memory", "normalize_obs", "init_log_std", "min_updates", "max_updates", "total_timesteps",
+    "lr_schedule", "hidden_sizes", "policy", "memory", "normalize_obs", "init_log_std", "min_updates", "max_updates", "total_timesteps",
     "eval_every", "eval_episodes", "final_eval_episodes", "consecutive_passes", "success_z", "solve_threshold",
     "deterministic_eval", "device", "threads", "compile", "overwrite", "config", "resume", "checkpoint_every",
     "log_every", "quiet", "self_play", "algo_params",
@@ -73,3 +77,16 @@ def check_flags_apply(given: Iterable[str], config: TrainConfig) -> None:
                              f"or add {switch}")
         elif field in spec.ignores:
             raise UsageError(f"--algo {config.algo} does not use {flag} (it is not part of how it trains): drop it")
+
+
+def with_lr_flags(given: Iterable[str], config: TrainConfig) -> TrainConfig:
+    """``config`` with an explicit ``--lr-schedule`` in charge: a preset's ``anneal_lr`` then no longer turns a
+    ``constant`` schedule into ``linear``. ``--anneal-lr`` given together with another schedule is refused."""
+    given = list(given)
+    if "--lr-schedule" not in given:
+        return config
+    for flag, on in (("--anneal-lr", True), ("--no-anneal-lr", False)):
+        if flag in given and (config.lr_schedule == "linear") != on:
+            raise UsageError(f"{flag} contradicts --lr-schedule {config.lr_schedule} (--anneal-lr is --lr-schedule "
+                             f"linear): give one of them")
+    return dataclasses.replace(config, anneal_lr=config.lr_schedule == "linear")

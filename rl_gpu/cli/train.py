@@ -26,7 +26,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from rl_gpu.cli.flag_modes import check_flags_apply
+from rl_gpu.cli.flag_modes import check_flags_apply, with_lr_flags
 from rl_gpu.cli.parsing import fail, other_rank, parse, quiet_broken_pipe, version_text
 from rl_gpu.cli.presets import describe_custom_defaults, has_preset, preset_config
 from rl_gpu.core.errors import UsageError
@@ -193,7 +193,10 @@ def _parse(args: list[str], default: TrainConfig, description: str) -> TrainConf
     params = default.algo_params if default.algo == algo else algorithm_spec(algo).default_config()
     start = view(**{**_values(default), "algo": algo, "algo_params": None, algo: params})
     parsed = parse(view, PROG, args, default=start, description=description)
-    return TrainConfig(**{**_values(parsed), "algo_params": getattr(parsed, parsed.algo)})
+    try:  # the run's checks that read the algorithm's own settings (None in the view)
+        return TrainConfig(**{**_values(parsed), "algo_params": getattr(parsed, parsed.algo)})
+    except UsageError as e:
+        fail(PROG, str(e))
 
 
 def _values(config: TrainConfig) -> dict:
@@ -306,6 +309,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     config = _parse(args, default, description)
     try:
         check_flags_apply(_given(args), config)
+        config = with_lr_flags(_given(args), config)
         if "" in _flag_values(args, "--output"):
             raise UsageError("--output is empty: name the folder the run writes (default artifacts/run)")
     except UsageError as e:

@@ -75,7 +75,19 @@ class TrainConfig:
     learning_rate: float = 1e-3
     """Adam learning rate"""
     anneal_lr: bool = False
-    """decay the learning rate linearly to 0 over --max-updates (over --total-timesteps when given)"""
+    """decay the learning rate linearly to 0 over --max-updates (over --total-timesteps when given): the same as
+    --lr-schedule linear"""
+    lr_schedule: Literal["constant", "linear", "cosine", "step", "adaptive-kl"] = "constant"
+    """how the learning rate moves over --max-updates (over --total-timesteps when given): linear or cosine to 0;
+    step: times --lr-step-gamma every --lr-step-every of training; adaptive-kl (PPO, MAPPO, IPPO): rsl_rl's rule,
+    divided by 1.5 when a minibatch's KL exceeds twice --desired-kl and times 1.5 below half of it (within
+    [1e-5, 1e-2]); constant: as --anneal-lr says"""
+    lr_step_every: float = 0.25
+    """--lr-schedule step: the fraction of training between two drops"""
+    lr_step_gamma: float = 0.5
+    """--lr-schedule step: the factor of each drop"""
+    desired_kl: float = 0.01
+    """--lr-schedule adaptive-kl: the KL per minibatch the learning rate is steered toward"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """hidden layer widths of the actor and of the critic (of each critic, for SAC and TD3)"""
     policy: str = "auto"
@@ -205,6 +217,10 @@ class TrainConfig:
         if not -20.0 <= self.init_log_std <= 20.0:
             # exp(log std) must stay a usable float32 standard deviation.
             raise UsageError(f"--init-log-std must be between -20 and 20, got {self.init_log_std!r}")
+        try:
+            self.lr_schedule_spec()
+        except ValueError as e:
+            raise UsageError(str(e)) from None
         if self.memory not in ("none", "gru", "lstm"):
             raise UsageError(f"--memory must be none, gru or lstm, got {self.memory!r}")
         if isinstance(self.memory_size, bool) or not isinstance(self.memory_size, int) \
@@ -228,6 +244,26 @@ class TrainConfig:
             raise UsageError(f"algo_params must be a {params_class.__name__} (the hyper-parameters of --algo "
                              f"{self.algo}), got {type(self.algo_params).__name__}")
         spec.check_run(self)
+
+    @property
+    def schedule_kind(self) -> str:
+        """The learning-rate schedule in force: --lr-schedule, or linear when it is constant and --anneal-lr is
+        on (presets say --anneal-lr)."""
+        return "linear" if self.lr_schedule == "constant" and self.anneal_lr else self.lr_schedule
+
+    @property
+    def steps_lr(self) -> bool:
+        return self.schedule_kind == "step"
+
+    @property
+    def adapts_lr(self) -> bool:
+        return self.schedule_kind == "adaptive-kl"
+
+    def lr_schedule_spec(self):
+        """The schedule as the algorithms take it (:class:`~rl_gpu.algos.schedules.LRSchedule`)."""
+        from rl_gpu.algos.schedules import LRSchedule
+
+        return LRSchedule(self.schedule_kind, self.lr_step_every, self.lr_step_gamma, self.desired_kl)
 
     @property
     def uses_memory(self) -> bool:

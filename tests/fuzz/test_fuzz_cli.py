@@ -10,7 +10,6 @@ one-line error with exit 2 (never a traceback), write nothing outside its output
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest

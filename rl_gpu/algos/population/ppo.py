@@ -38,7 +38,7 @@ from rl_gpu.algos.base import COLLECTION_METRICS, Collected, Iteration
 from rl_gpu.algos.optim import clip_grad_norms, fused_adam_ready, fused_adam_steps
 from rl_gpu.algos.population.stacked import StackedActor, StackedModules
 from rl_gpu.algos.ppo.algorithm import PPO, UPDATE_METRICS
-from rl_gpu.algos.ppo.loss import LOSS_STATS, explained_variance, ppo_loss
+from rl_gpu.algos.ppo.loss import LOSS_STATS, Coefficients, explained_variance, ppo_loss
 from rl_gpu.algos.ppo.update import MINIBATCH_ROW, check_minibatches, draw_permutations
 from rl_gpu.collect.engine import RolloutEngine, RolloutNoise
 from rl_gpu.core.types import VecEnv
@@ -48,17 +48,6 @@ from rl_gpu.data.rollout import Rollout
 
 HYPER_PARAMETERS = ("learning_rate", "ent_coef", "clip_coef")
 """What may differ between members (population-based training perturbs these); every other setting is shared."""
-
-
-class _Coefficients:
-    """A member's :class:`~rl_gpu.algos.ppo.config.PPOConfig` as :func:`ppo_loss` reads it inside the vmapped
-    call, with ``ent_coef`` and ``clip_coef`` that member's entries of the population's ``[K]`` tensors."""
-
-    def __init__(self, base: Any, ent_coef: Tensor, clip_coef: Tensor) -> None:
-        self._base, self.ent_coef, self.clip_coef = base, ent_coef, clip_coef
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._base, name)
 
 
 def _cat_rows(parts: Sequence[Any], dim: int) -> Any:
@@ -252,7 +241,7 @@ class PopulationPPO:
             def evaluate(*args: Tensor) -> Any:
                 return stacked.call_member("evaluate", state, *args)
 
-        config = _Coefficients(self.config, ent_coef, clip_coef) if self.per_member_coefficients else self.config
+        config = Coefficients(self.config, ent_coef, clip_coef) if self.per_member_coefficients else self.config
         mb = {"action_mask": None, "weight": None, **mb}
         loss, stats = ppo_loss(_Member, mb, config)
         return loss, torch.stack([stats[name].detach() for name in LOSS_STATS])

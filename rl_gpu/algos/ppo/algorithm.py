@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from rl_gpu.algos.base import COLLECTION_METRICS, Iteration, PhaseTimer, Setup, collection_metrics, no_phase
 from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
 from rl_gpu.algos.ppo.config import PPOConfig
+from rl_gpu.algos.ppo.loss import Coefficients
 from rl_gpu.algos.ppo.update import (
     UpdateMetrics,
     UpdateUnits,
@@ -20,6 +21,7 @@ from rl_gpu.algos.ppo.update import (
     draw_permutations,
     run_update,
 )
+from rl_gpu.algos.schedules import LRSchedule, linear_value
 from rl_gpu.collect import host
 from rl_gpu.collect.engine import RolloutEngine, RolloutNoise
 from rl_gpu.collect.reference import collect
@@ -66,6 +68,7 @@ class PPO(LearningRateSchedule):
                  compile: str = "off", *, env: VecEnv | None = None, num_steps: int | None = None,
                  anneal_lr: bool = False, opponent_seed: int | None = None) -> None:
         self._policy = use_cpu_kernels(policy)  # on the CPU: its fast forms (the same parameters)
+        self._lr_schedule: LRSchedule | None = None
         self.config = config
         self.initial_learning_rate = float(learning_rate)
         self.anneal_lr = anneal_lr
@@ -89,7 +92,13 @@ class PPO(LearningRateSchedule):
         if opponent_seed is None:
             opponent_seed = derive_seed(seed, "opponent")
         self.opponent_rng = torch.Generator(device=device).manual_seed(opponent_seed)
-        self.units = UpdateUnits(policy, self.optimizer, config, self.compile)
+        self.ent_coef: Tensor | None = None
+        """With ``ent_coef_final``: the entropy coefficient the loss reads, moved in place by :meth:`set_progress`."""
+        coefficients = config
+        if config.ent_coef_final is not None:
+            self.ent_coef = torch.tensor(float(config.ent_coef), device=device)
+            coefficients = Coefficients(config, self.ent_coef, config.clip_coef)
+        self.units = UpdateUnits(policy, self.optimizer, coefficients, self.compile)
         # With config.norm_reward: one running return per environment row, so it is sized by the rollouts'
         # N: built here when bound to an environment, else on the first update (or load_state_dict).
         self.reward_normalizer: RewardNormalizer | None = None
@@ -107,7 +116,8 @@ class PPO(LearningRateSchedule):
         if env is not None:
             self.num_steps = self.default_num_steps(env) if num_steps is None else num_steps
             self.check_setup(env, self.num_steps)
-        self.metric_names = (*UPDATE_METRICS, "learning_rate", *COLLECTION_METRICS)
+        self.metric_names = (*UPDATE_METRICS, *(("ent_coef",) if self.ent_coef is not None else ()),
+                             "learning_rate", *COLLECTION_METRICS)
         self.resume_notes: tuple[str, ...] = ()
         self.last_rollout: Rollout | None = None
         """The rollout the last :meth:`iterate` learned from (storage reused by the next call)."""
@@ -317,8 +327,28 @@ class PPO(LearningRateSchedule):
                 rollout, metrics, state = self._graph(key, body)(noise, permutations, env.state)
             env.state = state
         self.last_rollout = rollout
-        return Iteration(collection_metrics(rollout), self.lr.clone(),
-                         {name: getattr(metrics, name) for name in UPDATE_METRICS})
+        learner = {name: getattr(metrics, name) for name in UPDATE_METRICS}
+        if self.ent_coef is not None:
+            learner["ent_coef"] = self.ent_coef.clone()
+        return Iteration(collection_metrics(rollout), self.lr.clone(), learner)
+
+    @property
+    def lr_schedule(self) -> LRSchedule | None:
+        """The learning-rate schedule (:mod:`rl_gpu.algos.schedules`); ``adaptive-kl`` is applied by the update,
+        after each minibatch's forward pass."""
+        return self._lr_schedule
+
+    @lr_schedule.setter
+    def lr_schedule(self, schedule: LRSchedule | None) -> None:
+        self._lr_schedule = schedule
+        self.units.kl_schedule = schedule if schedule is not None and schedule.kind == "adaptive-kl" else None
+
+    def set_progress(self, fraction: float | Tensor) -> None:
+        """The learning rate's schedule, and with ``ent_coef_final`` the entropy coefficient's (linear)."""
+        super().set_progress(fraction)
+        if self.ent_coef is not None:
+            value = linear_value(self.config.ent_coef, self.config.ent_coef_final, fraction)
+            self.ent_coef.copy_(value) if isinstance(value, Tensor) else self.ent_coef.fill_(value)
 
     def state_dict(self) -> dict:
         """Everything the next iteration depends on; with ``norm_reward``, the reward normaliser's running

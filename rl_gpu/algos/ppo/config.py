@@ -27,6 +27,9 @@ class PPOConfig:
     """normalise advantages per minibatch, with mean and std over learner decisions only"""
     ent_coef: float = 0.01
     """entropy bonus coefficient"""
+    ent_coef_final: float | None = None
+    """the entropy coefficient at the end of training: it moves linearly from ent_coef to this with training
+    progress (a device tensor, logged as ent_coef); None: ent_coef throughout"""
     vf_coef: float = 0.5
     """value loss coefficient"""
     max_grad_norm: float = 0.5
@@ -68,6 +71,7 @@ class PPOConfig:
             "num_minibatches": self.num_minibatches >= 1,
             "clip_coef": self.clip_coef > 0,
             "ent_coef": self.ent_coef >= 0,
+            "ent_coef_final": self.ent_coef_final is None or self.ent_coef_final >= 0,
             "vf_coef": self.vf_coef >= 0,
             "max_grad_norm": self.max_grad_norm > 0,
             "reward_scale": self.reward_scale > 0,

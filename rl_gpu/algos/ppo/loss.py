@@ -6,7 +6,7 @@ Shape legend: M = minibatch slots.
 from __future__ import annotations
 
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +23,18 @@ def masked_mean(x: Tensor, weight: Tensor | None) -> Tensor:
     if weight is None:
         return x.mean()
     return (x * weight).sum() / weight.sum().clamp(min=1.0)
+
+
+class Coefficients:
+    """A :class:`~rl_gpu.algos.ppo.config.PPOConfig` as :func:`ppo_loss` reads it, with ``ent_coef`` and
+    ``clip_coef`` replaced by tensors: a population's members' entries inside its vmapped call, or an entropy
+    coefficient a schedule moves in place (compiled code reads the tensor, so it never re-traces)."""
+
+    def __init__(self, base: Any, ent_coef: Tensor | float, clip_coef: Tensor | float) -> None:
+        self._base, self.ent_coef, self.clip_coef = base, ent_coef, clip_coef
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
 
 
 class MinibatchScale(NamedTuple):

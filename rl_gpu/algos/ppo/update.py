@@ -19,11 +19,12 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from rl_gpu.algos.optim import clip_global_grad_norm, undoable_step
+from rl_gpu.algos.optim import clip_global_grad_norm, set_learning_rate, undoable_step
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS, MinibatchScale, explained_variance, minibatch_scale, ppo_loss
 from rl_gpu.algos.ppo.batch import FlatBatch, flatten_batch
 from rl_gpu.algos.ppo.sequences import sequence_batch, sequence_loss
+from rl_gpu.algos.schedules import LRSchedule, adapt_to_kl
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.memory import is_recurrent
@@ -115,6 +116,8 @@ class UpdateUnits:
         self.value_norm: ValueNormalizer | None = None
         """Set by an algorithm whose critic learns normalised value targets (MAPPO): the rollout's values are
         read through it, and the targets normalised by it (:func:`run_update`)."""
+        self.kl_schedule: LRSchedule | None = None
+        """Set for ``--lr-schedule adaptive-kl``: each minibatch's KL steers the learning rate before its step."""
         self.policy = policy
         self.optimizer = optimizer
         self.config = config
@@ -186,6 +189,9 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
                     part_loss, part_stats = units.loss(data, part, scale)
                     part_loss.backward()
                     loss, stats = loss + part_loss.detach(), stats + part_stats
+            if units.kl_schedule is not None:
+                lr = optimizer.param_groups[0]["lr"]
+                set_learning_rate(optimizer, adapt_to_kl(lr, all_reduce_mean(stats[kl_index]), units.kl_schedule))
             grad_norm = units.step(keep)
             row = torch.cat([loss.detach()[None], stats, grad_norm.detach().float()[None]])
             applied = keep.float() if keep is not None else 1.0
