@@ -19,34 +19,9 @@ from torch import Tensor
 
 from rl_gpu.envs.mujoco.base import MjInner, MujocoEnv, check_task_params
 from rl_gpu.envs.mujoco.randomization import Randomization
+from rl_gpu.envs.random_draws import hash_uniform
 
 ASSETS = os.path.join(os.path.dirname(__file__), "assets", "go1")
-
-_M32 = 0xFFFFFFFF
-
-
-def _mul32(x: Tensor, c: int) -> Tensor:
-    """``(x * c) mod 2**32`` for int64 ``x`` in ``[0, 2**32)`` without int64 overflow (16-bit halves)."""
-    return ((x & 0xFFFF) * c + (((x >> 16) * c) & 0xFFFF) * 65536) & _M32
-
-
-def _hash32(x: Tensor) -> Tensor:
-    """A 32-bit integer mixer (lowbias32) on int64 tensors holding values in ``[0, 2**32)``."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
-
-
-def hash_uniform(key: Tensor, counter: Tensor, stream: int, size: int) -> Tensor:
-    """``[N, size]`` float64 in ``[0, 1)``: a pure function of each row's ``key`` and ``counter`` (``[N]``
-    integer-valued tensors) and ``stream``, so draws made inside a transition need no generator."""
-    k = key.long().unsqueeze(1) & _M32
-    c = counter.long().unsqueeze(1) & _M32
-    lanes = torch.arange(size, device=key.device).unsqueeze(0) + 64 * stream
-    x = _hash32(k ^ _hash32((_mul32(c, 0x9E3779B1) + lanes) & _M32))
-    return _hash32(x ^ 0x5BD1E995).double() / 2.0**32
 
 
 def quat_rotate_inverse(quat: Tensor, v: Tensor) -> Tensor:

@@ -1,0 +1,119 @@
+"""``minatar``'s own games as the scalar references of :mod:`rl_gpu.envs.minatar`, for
+:func:`~rl_gpu.envs.testing.check_reference_parity`. Requires ``minatar`` (``pip install rl-gpu[games]``; imported
+here, not by the environments).
+
+A reference state is one row of the environment's inner state (a dict of plain values and numpy grids). It is
+written into a ``minatar.Environment``'s game object field by field; the game's random draws are fed ours: the
+sticky-action draw of each step is the row's :func:`~rl_gpu.envs.random_draws.hash_uniform` number, handed to
+``minatar`` in place of its ``numpy`` generator, so both sides take the same action and the comparison is exact::
+
+    from rl_gpu.envs.minatar.breakout import BreakoutEnv
+    from rl_gpu.envs.testing import check_reference_parity
+    from rl_gpu.envs.testing.minatar_reference import reference_for
+
+    check_reference_parity(BreakoutEnv(256, seed=0), *reference_for(BreakoutEnv(1)))
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from rl_gpu.envs.minatar.common import ACTIONS, STICKY_STREAM, MinAtarEnv
+from rl_gpu.envs.random_draws import hash_uniform
+
+logging.getLogger().setLevel(logging.ERROR)  # minatar warns at import when seaborn (rendering only) is missing
+from minatar import Environment  # noqa: E402
+
+GAMES = {"BreakoutEnv": "breakout", "SpaceInvadersEnv": "space_invaders"}
+"""Our class name -> minatar's game module."""
+
+# Our inner-state field -> the minatar game attribute that holds it (grids are float arrays there).
+FIELDS = {
+    "breakout": {"ball_x": "ball_x", "ball_y": "ball_y", "ball_dir": "ball_dir", "pos": "pos", "last_x": "last_x",
+                 "last_y": "last_y", "bricks": "brick_map", "strike": "strike"},
+    "space_invaders": {"pos": "pos", "f_bullets": "f_bullet_map", "e_bullets": "e_bullet_map",
+                       "aliens": "alien_map", "alien_dir": "alien_dir", "move_interval": "enemy_move_interval",
+                       "move_timer": "alien_move_timer", "shot_timer": "alien_shot_timer",
+                       "ramp_index": "ramp_index", "cool_down": "shot_timer"},
+}
+
+
+class _Draws:
+    """Stands in for minatar's ``numpy`` generator for one step: ``rand()`` is our sticky-action draw."""
+
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def rand(self) -> float:
+        return self.u
+
+
+class MinAtarReference:
+    """One ``minatar`` game behind the :class:`~rl_gpu.envs.testing.ScalarReference` protocol."""
+
+    current_player = 0
+
+    def __init__(self, game: str, minimal_actions: str, sticky_action_prob: float, ramping: bool) -> None:
+        self.game, self.minimal_actions = game, minimal_actions
+        self.env = Environment(game, sticky_action_prob=sticky_action_prob, difficulty_ramping=ramping)
+        self.key, self.t = 0, 0
+        self._draws: tuple[int, int, np.ndarray] | None = None
+        """``(key, first counter, draws)``: a block of the row's sticky-action draws, computed at once."""
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        g = self.env.env
+        for ours, theirs in FIELDS[self.game].items():
+            value = state[ours]
+            setattr(g, theirs, value.astype(float) if isinstance(value, np.ndarray) else value)
+        g.terminal = False
+        self.env.last_action = state["last_action"]
+        self.key, self.t = state["key"], state["t"]
+
+    def get_state(self) -> dict[str, Any]:
+        g = self.env.env
+        state = {ours: getattr(g, theirs) for ours, theirs in FIELDS[self.game].items()}
+        state = {k: v.astype(bool) if isinstance(v, np.ndarray) else v for k, v in state.items()}
+        return {**state, "last_action": self.env.last_action, "key": self.key, "t": self.t}
+
+    def _draw(self) -> float:
+        """The row's sticky-action draw at its current step (:func:`hash_uniform`, 256 steps at a time)."""
+        cached = self._draws
+        if cached is None or cached[0] != self.key or not 0 <= self.t - cached[1] < len(cached[2]):
+            counters = torch.arange(self.t, self.t + 256)
+            draws = hash_uniform(torch.full((256,), self.key), counters, STICKY_STREAM, 1)[:, 0].numpy()
+            cached = self._draws = (self.key, self.t, draws)
+        return float(cached[2][self.t - cached[1]])
+
+    def step(self, action: int) -> tuple[float, bool]:
+        self.env.random = _Draws(self._draw())
+        reward, terminal = self.env.act(ACTIONS.index(self.minimal_actions[action]))
+        self.t += 1
+        return float(reward), bool(terminal)
+
+    def observation(self) -> np.ndarray:
+        return self.env.state()
+
+    def legal_actions(self) -> list[bool]:
+        return [True] * len(self.minimal_actions)
+
+
+def to_reference(row: Any) -> dict[str, Any]:
+    """One row of a MinAtar environment's inner state as a reference state."""
+    out = {}
+    for name, value in row._asdict().items():
+        value = value.cpu()
+        out[name] = value.numpy().copy() if value.dim() else (bool(value) if value.dtype == torch.bool else int(value))
+    return out
+
+
+def reference_for(env: MinAtarEnv) -> tuple[Callable[[], MinAtarReference], Callable[[Any], dict[str, Any]]]:
+    """``(reference_factory, to_reference)`` for ``env``'s game with its parameters."""
+    game = GAMES[type(env).__name__]
+    p = env.params
+    return (lambda: MinAtarReference(game, env.minimal_actions, p.sticky_action_prob, p.difficulty_ramping),
+            to_reference)
