@@ -58,6 +58,9 @@ class Setup:
     """Initial learning rate."""
     anneal_lr: bool = False
     """Decay the learning rate linearly to 0 over training (see :meth:`Algorithm.set_progress`)."""
+    precision: str = "fp32"
+    """``fp32``, ``bf16``, ``fp16`` or ``auto``: the update's networks under autocast (:mod:`rl_gpu.algos.precision`),
+    for algorithms that take it."""
     lr_schedule: LRSchedule | None = None
     """How the learning rate moves over training (:mod:`rl_gpu.algos.schedules`); given, it replaces
     ``anneal_lr``. An algorithm without that schedule refuses it when built."""

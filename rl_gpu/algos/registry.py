@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from rl_gpu.algos.precision import PRECISIONS
 from rl_gpu.algos.schedules import LR_SCHEDULES
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.named import NamedRegistry, load_entry
@@ -73,6 +74,8 @@ class AlgorithmSpec:
     """The ``--lr-schedule`` kinds it takes (:mod:`rl_gpu.algos.schedules`): those that follow training progress
     need the :class:`~rl_gpu.algos.optim.LearningRateSchedule` mixin, ``adaptive-kl`` a KL measured per minibatch
     (PPO's update)."""
+    precisions: tuple[str, ...] = ("fp32",)
+    """The ``--precision`` modes it takes (:mod:`rl_gpu.algos.precision`)."""
     flag_needs: tuple[tuple[str, str], ...] = ()
     """``(field, switch)`` pairs of its own section: ``field`` does something only with the boolean ``switch`` on,
     so giving it with the switch off is refused (``rl-gpu train`` checks every flag it is given)."""
@@ -168,6 +171,12 @@ class AlgorithmSpec:
                     f"it takes {', '.join(self.lr_schedules)}"),
                    (config.parallel and config.schedule_kind == "adaptive-kl", "--parallel with --lr-schedule "
                     "adaptive-kl", "a population's stacked update measures no KL per member"),
+                   (config.precision not in self.precisions, f"--precision {config.precision}",
+                    f"it trains in {', '.join(self.precisions)}"),
+                   (config.parallel and config.precision != "fp32", f"--parallel with --precision {config.precision}",
+                    "a population's stacked update runs in fp32"),
+                   (config.uses_memory and config.precision != "fp32", f"--memory with --precision {config.precision}",
+                    "a policy with memory trains in fp32 for now"),
                    (config.parallel and getattr(config.algo_params, "ent_coef_final", None) is not None,
                     "--parallel with --ent-coef-final", "a population's members keep their own ent_coef")]
         if config.memory != "none":
@@ -223,7 +232,7 @@ register_algorithm(AlgorithmSpec(
     name="ppo", config="rl_gpu.algos.ppo.config:PPOConfig", factory="rl_gpu.algos.ppo.algorithm:PPO",
     summary="proximal policy optimisation (on-policy; discrete or continuous actions)",
     self_play=True, population="rl_gpu.algos.population.ppo:PopulationPPO", pbt="rl_gpu.algos.population.pbt:PBT",
-    policies=True, lr_schedules=LR_SCHEDULES, flag_needs=(("norm_reward_clip", "norm_reward"),)))
+    policies=True, lr_schedules=LR_SCHEDULES, precisions=PRECISIONS, flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
     name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
     summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1,
@@ -240,10 +249,10 @@ register_algorithm(AlgorithmSpec(
 register_algorithm(AlgorithmSpec(
     name="mappo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:MAPPO",
     summary="multi-agent PPO with a centralised critic (worlds of several agents acting at once)",
-    agents=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES,
+    agents=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, precisions=PRECISIONS,
     flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
     name="ippo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:IPPO",
     summary="independent PPO, each agent's critic on its own observation (worlds of several agents)",
-    agents=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES,
+    agents=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, precisions=PRECISIONS,
     flag_needs=(("norm_reward_clip", "norm_reward"),)))

@@ -62,6 +62,16 @@ _LOCOMOTION_TASKS: dict[str, dict] = {
                                 "ent_coef": 0.005}},
 }
 
+_MINATAR = {
+    # PureJaxRL's MinAtar PPO (64 envs x 128 steps, 4 epochs of 8 minibatches, lr 5e-4 decayed to 0, entropy 0.01),
+    # with MinAtar's network: the composed policy's CNN (one 3x3 conv of 16 channels) and one hidden layer of 128.
+    # A budget sized for this CPU; MinAtar's own experiments run 5M frames.
+    **_CLASSIC, "num_envs": 64, "num_steps": 128, "learning_rate": 5e-4, "anneal_lr": True, "hidden_sizes": (128,),
+    "total_timesteps": 2_000_000, "max_updates": 1000, "min_updates": 1, "eval_every": 25, "eval_episodes": 32,
+    "final_eval_episodes": 256,
+    "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 8, "ent_coef": 0.01},
+}
+
 PRESETS: dict[str, dict] = {
     "RussianRoulette-v0": {
         "num_envs": 4096,
@@ -123,6 +133,7 @@ PRESETS: dict[str, dict] = {
                 "reward_scale": 0.1},
     },
     **{env_id: {**_LOCOMOTION, **extra} for env_id, extra in _LOCOMOTION_TASKS.items()},
+    **{env_id: _MINATAR for env_id in ("MinAtar-Breakout-v1", "MinAtar-SpaceInvaders-v1")},
 }
 """Per-environment defaults over :class:`TrainConfig`'s; command-line flags override them."""
 

@@ -77,6 +77,10 @@ class TrainConfig:
     anneal_lr: bool = False
     """decay the learning rate linearly to 0 over --max-updates (over --total-timesteps when given): the same as
     --lr-schedule linear"""
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"
+    """the update's networks under autocast (PPO, MAPPO, IPPO): bf16, or fp16 with a loss scaler kept on the device;
+    weights, optimiser, normalisers, advantages and losses stay fp32; auto: bf16 on a CUDA device that has it, else
+    fp32"""
     lr_schedule: Literal["constant", "linear", "cosine", "step", "adaptive-kl"] = "constant"
     """how the learning rate moves over --max-updates (over --total-timesteps when given): linear or cosine to 0;
     step: times --lr-step-gamma every --lr-step-every of training; adaptive-kl (PPO, MAPPO, IPPO): rsl_rl's rule,

@@ -104,6 +104,7 @@ class Trainer(CheckpointMixin):
                 env=self.env, make_env=self.make_env, seed=ranks.algorithm_seed(seed),
                 learning_rate=config.learning_rate,
                 anneal_lr=config.schedule_kind == "linear", lr_schedule=config.lr_schedule_spec(),
+                precision=config.precision,
                 num_steps=config.num_steps, hidden_sizes=tuple(config.hidden_sizes),
                 normalize_obs=config.normalize_obs, init_log_std=config.init_log_std, policy=config.policy,
                 memory_size=config.memory_size if config.uses_memory else 0, lstm=config.memory == "lstm",

@@ -70,7 +70,7 @@ class MAPPO(PPO):
         policy = policy.to(env.device)
         return cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
-                   opponent_seed=derive_seed(setup.seed, "opponent"))
+                   opponent_seed=derive_seed(setup.seed, "opponent"), precision=setup.precision)
 
     @classmethod
     def _check_separate(cls, config: MAPPOConfig, world_steps: int) -> None:

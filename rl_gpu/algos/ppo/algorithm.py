@@ -21,6 +21,7 @@ from rl_gpu.algos.ppo.update import (
     draw_permutations,
     run_update,
 )
+from rl_gpu.algos.precision import resolve_precision
 from rl_gpu.algos.schedules import LRSchedule, linear_value
 from rl_gpu.collect import host
 from rl_gpu.collect.engine import RolloutEngine, RolloutNoise
@@ -66,13 +67,16 @@ class PPO(LearningRateSchedule):
 
     def __init__(self, policy: nn.Module, config: PPOConfig, learning_rate: float, seed: int,
                  compile: str = "off", *, env: VecEnv | None = None, num_steps: int | None = None,
-                 anneal_lr: bool = False, opponent_seed: int | None = None) -> None:
-        self._policy = use_cpu_kernels(policy)  # on the CPU: its fast forms (the same parameters)
+                 anneal_lr: bool = False, opponent_seed: int | None = None, precision: str = "fp32") -> None:
+        device = next(policy.parameters()).device
+        self.precision = resolve_precision(precision, device)
+        """``fp32``, ``bf16`` or ``fp16``: the update's networks under autocast (:mod:`rl_gpu.algos.precision`)."""
+        # On the CPU, fp32 runs the networks' fast forms (the same parameters); autocast needs PyTorch's own.
+        self._policy = use_cpu_kernels(policy) if self.precision == "fp32" else policy
         self._lr_schedule: LRSchedule | None = None
         self.config = config
         self.initial_learning_rate = float(learning_rate)
         self.anneal_lr = anneal_lr
-        device = next(policy.parameters()).device
         self.device = device
         self.compile = resolve_compile(compile, device)
         self.recurrent = is_recurrent(policy)
@@ -98,7 +102,9 @@ class PPO(LearningRateSchedule):
         if config.ent_coef_final is not None:
             self.ent_coef = torch.tensor(float(config.ent_coef), device=device)
             coefficients = Coefficients(config, self.ent_coef, config.clip_coef)
-        self.units = UpdateUnits(policy, self.optimizer, coefficients, self.compile)
+        if self.precision != "fp32" and self.recurrent:
+            raise ValueError(f"a policy with memory trains in fp32 for now, not --precision {self.precision}")
+        self.units = UpdateUnits(policy, self.optimizer, coefficients, self.compile, self.precision)
         # With config.norm_reward: one running return per environment row, so it is sized by the rollouts'
         # N: built here when bound to an environment, else on the first update (or load_state_dict).
         self.reward_normalizer: RewardNormalizer | None = None
@@ -134,7 +140,7 @@ class PPO(LearningRateSchedule):
         policy = policy.to(env.device)
         algo = cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
-                   opponent_seed=derive_seed(setup.seed, "opponent"))
+                   opponent_seed=derive_seed(setup.seed, "opponent"), precision=setup.precision)
         if setup.opponent is not None:  # the declared slot (self-play: the league of this policy's snapshots)
             algo.opponent = setup.opponent(algo.policy)
         return algo
@@ -362,6 +368,8 @@ class PPO(LearningRateSchedule):
         }
         if self.reward_normalizer is not None:
             state["reward_normalizer"] = self.reward_normalizer.state_dict()
+        if self.units.scaler is not None:
+            state["loss_scaler"] = self.units.scaler.state_dict()
         if self.recurrent and self.env in self._policy_state:
             state["policy_state"] = self._policy_state[self.env]
         return state
@@ -372,6 +380,8 @@ class PPO(LearningRateSchedule):
         self.policy_rng.set_state(state["policy_rng"].cpu())
         self.shuffle_rng.set_state(state["shuffle_rng"].cpu())
         self.opponent_rng.set_state(state["opponent_rng"].cpu())
+        if self.units.scaler is not None:
+            self.units.scaler.load_state_dict(state["loss_scaler"])
         if self.recurrent and "policy_state" in state and self.env is not None:
             self._policy_state[self.env] = tree_map(lambda x: x.to(self.device), state["policy_state"])
         if self.config.norm_reward and ("reward_normalizer" in state or self.reward_normalizer is not None):

@@ -19,18 +19,20 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from rl_gpu.algos.optim import clip_global_grad_norm, set_learning_rate, undoable_step
+from rl_gpu.algos.optim import clip_global_grad_norm, clip_grad_norm, set_learning_rate, undoable_step
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS, MinibatchScale, explained_variance, minibatch_scale, ppo_loss
 from rl_gpu.algos.ppo.batch import FlatBatch, flatten_batch
 from rl_gpu.algos.ppo.sequences import sequence_batch, sequence_loss
+from rl_gpu.algos.loss_scaler import LossScaler
+from rl_gpu.algos.precision import autocast_dtype
 from rl_gpu.algos.schedules import LRSchedule, adapt_to_kl
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.nn.normalization import ValueNormalizer
 from rl_gpu.runtime.compile import compile_unit
-from rl_gpu.runtime.distributed import all_reduce_mean
+from rl_gpu.runtime.distributed import all_reduce_grads_, all_reduce_mean
 
 
 @dataclass
@@ -65,12 +67,15 @@ def _gae_unit(gamma: float, gae_lambda: float, reward_scale: float, batch: Rollo
     )
 
 
-def _loss_unit(policy: nn.Module, config: PPOConfig, flat: FlatBatch, idx: Tensor,
-               scale: MinibatchScale | None = None) -> tuple[Tensor, Tensor]:
+def _loss_unit(policy: nn.Module, config: PPOConfig, autocast: tuple[str, torch.dtype | None], flat: FlatBatch,
+               idx: Tensor, scale: MinibatchScale | None = None) -> tuple[Tensor, Tensor]:
     """``(loss, stats [len(LOSS_STATS)])`` of the minibatch ``idx`` (``[M]`` int64 slot indices) of ``flat``, or,
-    with ``scale``, of one micro-batch of the minibatch whose scale it is."""
+    with ``scale``, of one micro-batch of the minibatch whose scale it is. ``autocast``: ``(device type, dtype)``
+    of mixed precision (:mod:`rl_gpu.algos.precision`; dtype None: fp32)."""
     mb = {k: (_rows(v, idx) if v is not None else None) for k, v in flat._asdict().items()}
-    loss, stats = ppo_loss(policy, mb, config, scale)
+    with torch.autocast(autocast[0], dtype=autocast[1], enabled=autocast[1] is not None):
+        loss, stats = ppo_loss(policy, mb, config, scale)
+    loss, stats = loss.float(), {k: v.float() for k, v in stats.items()}
     # Detached: metrics summed over the update must not keep each minibatch's autograd graph alive.
     return loss, torch.stack([stats[k].detach() for k in LOSS_STATS])
 
@@ -112,7 +117,7 @@ class UpdateUnits:
     """
 
     def __init__(self, policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOConfig,
-                 mode: str = "off") -> None:
+                 mode: str = "off", precision: str = "fp32") -> None:
         self.value_norm: ValueNormalizer | None = None
         """Set by an algorithm whose critic learns normalised value targets (MAPPO): the rollout's values are
         read through it, and the targets normalised by it (:func:`run_update`)."""
@@ -123,14 +128,30 @@ class UpdateUnits:
         self.config = config
         self.mode = mode
         self.gae = compile_unit(partial(_gae_unit, config.gamma, config.gae_lambda, config.reward_scale), mode)
-        self.loss = compile_unit(partial(_loss_unit, policy, config), mode)
+        device = next(policy.parameters()).device
+        self.precision = precision
+        self.scaler = LossScaler(device) if precision == "fp16" else None
+        """fp16's loss scaler (:mod:`rl_gpu.algos.precision`), None otherwise."""
+        self.loss = compile_unit(partial(_loss_unit, policy, config, (device.type, autocast_dtype(precision))), mode)
         self.scale = compile_unit(partial(_scale_unit, config), mode)
         self.sequence_loss = partial(sequence_loss, policy, config)  # eager: recurrent PPO is not compiled yet
         self.params = [p for p in policy.parameters() if p.requires_grad]
 
+    def backward(self, loss: Tensor) -> None:
+        (loss if self.scaler is None else self.scaler.scale_loss(loss)).backward()
+
     def step(self, keep: Tensor | None) -> Tensor:
-        grad_norm = clip_global_grad_norm(self.params, self.config.max_grad_norm)
-        undoable_step(self.optimizer, self.params, keep)
+        if self.scaler is None:
+            grad_norm = clip_global_grad_norm(self.params, self.config.max_grad_norm)
+            undoable_step(self.optimizer, self.params, keep)
+            return grad_norm
+        # fp16: every rank unscales the same averaged gradients, so all of them skip (or take) the same steps.
+        grads = [p.grad for p in self.params if p.grad is not None]
+        all_reduce_grads_(grads)
+        finite = self.scaler.unscale(grads)
+        grad_norm = clip_grad_norm(grads, self.config.max_grad_norm)
+        undoable_step(self.optimizer, self.params, finite if keep is None else keep & finite)
+        self.scaler.update(finite)
         return grad_norm
 
 
@@ -179,7 +200,7 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
             optimizer.zero_grad(set_to_none=True)
             if splits == 1:
                 loss, stats = loss_of(data, idx)
-                loss.backward()
+                units.backward(loss)
             else:
                 # Micro-batches: each one's loss is its share of the minibatch's (same denominators and
                 # advantage statistics), so the gradients accumulated in .grad are the minibatch's.
@@ -187,7 +208,7 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
                 loss, stats = 0.0, 0.0
                 for part in idx.tensor_split(splits):
                     part_loss, part_stats = units.loss(data, part, scale)
-                    part_loss.backward()
+                    units.backward(part_loss)
                     loss, stats = loss + part_loss.detach(), stats + part_stats
             if units.kl_schedule is not None:
                 lr = optimizer.param_groups[0]["lr"]
