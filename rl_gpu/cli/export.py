@@ -15,7 +15,8 @@ from rl_gpu.cli.parsing import check_trusted_env, fail, flag_as_positional, pars
 from rl_gpu.envs.registry import make, named_ids_only
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
-from rl_gpu.interop.export import SUFFIXES, DeterministicPolicy, ExportError, policy_bytes
+from rl_gpu.interop.export import SUFFIXES, DeterministicPolicy, ExportError, deployable, policy_bytes
+from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.interop.policy_io import load_policy
 from rl_gpu.runtime.checkpoint import CheckpointError
 from rl_gpu.runtime.files import atomic_write_bytes, check_output
@@ -121,6 +122,9 @@ def _export(config: ExportConfig) -> int:
         check_output(config.output, [config.checkpoint])
         policy, payload = load_policy(config.checkpoint, torch.device("cpu"))
         per_agent = callable(getattr(policy, "agent", None))
+        if is_recurrent(policy) and config.quantize is not None:
+            raise ExportError("--quantize measures agreement on single observations; this policy has memory: export "
+                              "it without --quantize (state in and out)")
         if per_agent and config.quantize is not None:
             raise ExportError("--quantize measures agreement on one policy's observations; this checkpoint has one "
                               "network per agent: export without --quantize (one file per agent)")
@@ -138,7 +142,7 @@ def _export(config: ExportConfig) -> int:
         files = []
         for m, (path, part) in enumerate(parts):
             data = policy_bytes(part, fmt, {**metadata, "agent": m} if per_agent else metadata, **bounds)
-            model = DeterministicPolicy(part, **bounds)
+            model = deployable(part, **bounds)
             if config.quantize is not None:
                 data, report = quantized(part, data, model, payload)
             files.append((path, data))
@@ -148,11 +152,16 @@ def _export(config: ExportConfig) -> int:
     except (CheckpointError, ExportError, UsageError, ValueError, OSError) as e:
         fail(PROG, str(e))
     inputs = f"obs [N, {model.obs_dim}] float32"
+    size = getattr(model, "state_size", 0)
+    if size:
+        inputs += f", state [N, {size}] float32 (zeros at an episode's start)"
     if model.discrete:
         inputs += f", action_mask [N, {model.num_actions}] bool (optional)"
         output = "action [N] int64"
     else:
         output = f"action [N, {model.action_dim}] float32"
+    if size:
+        output += f", state_out [N, {size}] float32 (the next step's state)"
     notes = ["observation normalisation included"] if model.normalize else []
     if model.clip_actions:
         low, high = list(bounds["action_low"]), list(bounds["action_high"])

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.nn.deploy import DeployedActor
+from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.runtime.files import atomic_write_bytes, check_output
 
 FORMATS = ("onnx", "torchscript")
@@ -90,7 +91,9 @@ class DeterministicPolicy(nn.Module):
 
     def forward(self, obs: Tensor, action_mask: Tensor | None = None) -> Tensor:
         """The deterministic action for each row of ``obs``."""
-        out = self.core(obs, action_mask)
+        return self._clip(self.core(obs, action_mask))
+
+    def _clip(self, out: Tensor) -> Tensor:
         if self.clip_actions:
             # max/min rather than clamp with tensor bounds: ONNX's Clip takes scalar bounds only.
             out = torch.minimum(torch.maximum(out, self.action_low), self.action_high)
@@ -99,6 +102,10 @@ class DeterministicPolicy(nn.Module):
     def describe(self) -> dict:
         """Inputs, output and sizes, stored with the exported model as metadata."""
         info = {"obs": ["N", self.obs_dim, "float32"], "normalized_obs": self.normalize}
+        size = getattr(self, "state_size", 0)
+        if size:
+            info["state"] = ["N", size, "float32", "the memory: zeros at an episode's start, then the last state_out"]
+            info["state_out"] = ["N", size, "float32", "the memory after obs, to feed back as state"]
         if self.discrete:
             info["action_mask"] = ["N", self.num_actions, "bool", "optional, default all legal"]
             info["action"] = ["N", "int64"]
@@ -114,12 +121,36 @@ class DeterministicPolicy(nn.Module):
         return info
 
 
-def _example(model: DeterministicPolicy) -> tuple[Tensor, ...]:
+class RecurrentDeterministicPolicy(DeterministicPolicy):
+    """A policy with memory: ``(obs [N, O], state [N, S], action_mask optional) -> (action, state_out [N, S])``
+    (:class:`~rl_gpu.nn.deploy.DeployedRecurrentActor`, action bounds as :class:`DeterministicPolicy`'s)."""
+
+    def __init__(self, policy: nn.Module, action_low: Sequence[float] | Tensor | None = None,
+                 action_high: Sequence[float] | Tensor | None = None) -> None:
+        super().__init__(policy, action_low, action_high)
+        self.state_size = int(self.core.state_size)
+
+    def forward(self, obs: Tensor, state: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        action, after = self.core(obs, state, action_mask)
+        return self._clip(action), after
+
+
+def deployable(policy: nn.Module, action_low: Sequence[float] | Tensor | None = None,
+               action_high: Sequence[float] | Tensor | None = None) -> DeterministicPolicy:
+    """:class:`DeterministicPolicy`, or :class:`RecurrentDeterministicPolicy` for a policy whose export has memory."""
+    cls = RecurrentDeterministicPolicy if is_recurrent(policy) else DeterministicPolicy
+    return cls(policy, action_low, action_high)
+
+
+def _inputs(model: DeterministicPolicy) -> dict[str, Tensor]:
+    """Example inputs by name, in the model's argument order."""
     # Batch 2: a traced batch of 1 would be specialised to exactly 1.
-    obs = torch.randn(2, model.obs_dim)
+    example = {"obs": torch.randn(2, model.obs_dim)}
+    if isinstance(model, RecurrentDeterministicPolicy):
+        example["state"] = torch.zeros(2, model.state_size)
     if model.discrete:
-        return obs, torch.ones(2, model.num_actions, dtype=torch.bool)
-    return (obs,)
+        example["action_mask"] = torch.ones(2, model.num_actions, dtype=torch.bool)
+    return example
 
 
 @contextlib.contextmanager
@@ -151,24 +182,25 @@ def to_onnx_bytes(policy: nn.Module, metadata: dict | None = None, dynamo: bool 
         from onnx import numpy_helper
     except ImportError:
         raise ExportError("ONNX export needs onnx (pip install 'rl-gpu[export]')") from None
-    model = DeterministicPolicy(policy, action_low, action_high)
-    example = _example(model)
-    names = ["obs", "action_mask"][: len(example)]
+    model = deployable(policy, action_low, action_high)
+    inputs = _inputs(model)
+    names, example = list(inputs), tuple(inputs.values())
+    outputs = ["action", "state_out"] if isinstance(model, RecurrentDeterministicPolicy) else ["action"]
     if dynamo is None:
         dynamo = importlib.util.find_spec("onnxscript") is not None
     with _quiet():
         if dynamo:
             batch = torch.export.Dim("batch")
             program = torch.onnx.export(
-                model, example, None, input_names=names, output_names=["action"], dynamo=True,
+                model, example, None, input_names=names, output_names=outputs, dynamo=True,
                 dynamic_shapes={name: {0: batch} for name in names}, verbose=False,
             )
             proto = program.model_proto
         else:
             buffer = io.BytesIO()
             torch.onnx.export(
-                model, example, buffer, input_names=names, output_names=["action"], dynamo=False,
-                dynamic_axes={name: {0: "batch"} for name in names + ["action"]}, opset_version=17,
+                model, example, buffer, input_names=names, output_names=outputs, dynamo=False,
+                dynamic_axes={name: {0: "batch"} for name in names + outputs}, opset_version=17,
             )
             proto = onnx.load_from_string(buffer.getvalue())
     if model.discrete:
@@ -189,7 +221,7 @@ def to_torchscript_bytes(policy: nn.Module, metadata: dict | None = None, *,
     """The serialised TorchScript module of ``policy``'s deterministic action; ``metadata`` (and the
     input/output description) travel as the extra file ``rl_gpu.json``. ``action_low`` / ``action_high``:
     clamp continuous actions to these bounds (:class:`DeterministicPolicy`)."""
-    model = DeterministicPolicy(policy, action_low, action_high)
+    model = deployable(policy, action_low, action_high)
     with _quiet():
         scripted = torch.jit.script(model)
         buffer = io.BytesIO()

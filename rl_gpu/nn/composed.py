@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.core.types import EnvSpec, PolicyOutput
-from rl_gpu.nn.deploy import DeployedActor
+from rl_gpu.nn.deploy import DeployedActor, DeployedRecurrentActor
 from rl_gpu.nn.encoders import leading_dims, make_encoder
 from rl_gpu.nn.heads import make_head
 from rl_gpu.nn.layers import layer_init
@@ -196,11 +196,14 @@ class ComposedActorCritic(nn.Module):
 
     def export_module(self) -> DeployedActor:
         """The deterministic action from flat ``[N, prod(O)]`` observations as plain PyTorch, the normaliser
-        folded in (feed-forward policies)."""
-        if self.memory_size:
-            raise ValueError("exporting a policy with memory (state inputs and outputs) is not built yet")
-        actor = nn.Sequential(self.actor_encoder.deploy_layers(), self.head.deploy_layers())
+        folded in; with memory a :class:`~rl_gpu.nn.deploy.DeployedRecurrentActor` (the actor's state in and
+        out)."""
         sizes = {"action_dim": self.action_dim} if self.is_continuous else {"num_actions": self.num_actions}
+        if self.memory_size:
+            return DeployedRecurrentActor(self.actor_encoder.deploy_layers(), self.actor_memory,
+                                          self.head.deploy_layers(), self.obs_dim, lstm=self.lstm,
+                                          obs_rms=self.obs_rms, **sizes)
+        actor = nn.Sequential(self.actor_encoder.deploy_layers(), self.head.deploy_layers())
         return DeployedActor(actor, self.obs_dim, obs_rms=self.obs_rms, **sizes)
 
 

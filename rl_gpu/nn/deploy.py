@@ -61,12 +61,19 @@ class DeployedActor(nn.Module):
         for parameter in self.parameters():
             parameter.requires_grad_(False)
 
-    def forward(self, obs: Tensor, action_mask: Tensor | None = None) -> Tensor:
-        """The deterministic action for each row of ``obs``: ``[N]`` int64 or ``[N, D]`` float32."""
+    def _input(self, obs: Tensor) -> Tensor:
+        """``obs`` as float32, normalised when the policy was."""
         x = to_float(obs)
         if self.normalize:
             x = ((x - self.obs_mean) * self.obs_scale).clamp(-self.clip, self.clip)
-        out = self.actor(x)
+        return x
+
+    def forward(self, obs: Tensor, action_mask: Tensor | None = None) -> Tensor:
+        """The deterministic action for each row of ``obs``: ``[N]`` int64 or ``[N, D]`` float32."""
+        return self._action(self.actor(self._input(obs)), action_mask)
+
+    def _action(self, out: Tensor, action_mask: Tensor | None) -> Tensor:
+        """The action from the actor's output: the legal argmax, or the (squashed) mean."""
         if self.squash:
             out = self.squash_bias + self.squash_scale * torch.tanh(out[:, : self.action_dim])
         if not self.discrete:
@@ -74,3 +81,51 @@ class DeployedActor(nn.Module):
         if action_mask is not None:
             out = out.masked_fill(~action_mask, self.masked_logit)
         return out.argmax(-1)
+
+
+class _GRUStep(nn.Module):
+    """A GRU cell as ``(input, state) -> (output, next state)``."""
+
+    def __init__(self, cell: nn.GRUCell) -> None:
+        super().__init__()
+        self.cell = cell
+
+    def forward(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        h = self.cell(x, state)
+        return h, h
+
+
+class _LSTMStep(nn.Module):
+    """An LSTM cell as ``(input, state) -> (output, next state)``, its ``h`` and ``c`` side by side in the state."""
+
+    def __init__(self, cell: nn.LSTMCell) -> None:
+        super().__init__()
+        self.cell = cell
+        self.hidden_size = int(cell.hidden_size)
+
+    def forward(self, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        h, c = self.cell(x, (state[:, : self.hidden_size], state[:, self.hidden_size:]))
+        return h, torch.cat([h, c], dim=-1)
+
+
+class DeployedRecurrentActor(DeployedActor):
+    """A policy with memory: ``(obs [N, O], state [N, S], action_mask [N, A] optional) -> (action, next state)``.
+
+    ``encoder -> memory cell -> head``; the state is the actor's memory only (a GRU's ``h``, or an LSTM's ``h`` and
+    ``c`` side by side: ``S = 2 H``), zeros at the start of every episode, the returned one fed back at the next
+    step.
+    """
+
+    def __init__(self, encoder: nn.Module, cell: nn.Module, head: nn.Module, obs_dim: int, *, lstm: bool,
+                 num_actions: int = 0, action_dim: int = 0, obs_rms: nn.Module | None = None) -> None:
+        super().__init__(head, obs_dim, num_actions=num_actions, action_dim=action_dim, obs_rms=obs_rms)
+        self.encoder = plain_modules(copy.deepcopy(encoder)).cpu().float().eval()
+        cell = copy.deepcopy(cell).cpu().float().eval()
+        self.memory = _LSTMStep(cell) if lstm else _GRUStep(cell)
+        self.state_size = int(cell.hidden_size) * (2 if lstm else 1)
+        for parameter in self.parameters():
+            parameter.requires_grad_(False)
+
+    def forward(self, obs: Tensor, state: Tensor, action_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        h, after = self.memory(self.encoder(self._input(obs)), state)
+        return self._action(self.actor(h), action_mask), after

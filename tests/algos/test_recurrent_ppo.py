@@ -117,9 +117,15 @@ def test_memory_from_the_command_line_trains_evaluates_and_loads(tmp_path, call_
     best = tmp_path / "run" / "seed-11" / "best.pt"
     code, out, err = call_main(evaluate, best, "--episodes", "4", "--device", "cpu")
     assert code == 0 and "mean return" in out, err
-    code, _, err = call_main(export, best, "--output", tmp_path / "policy.onnx")
+    code, out, err = call_main(export, best, "--output", tmp_path / "policy.onnx")
+    assert code == 0 and "state [N, 8]" in out and "state_out [N, 8]" in out, err
+    code, _, err = call_main(export, best, "--output", tmp_path / "policy.pt")
+    assert code == 0, err
+    scripted = torch.jit.load(tmp_path / "policy.pt")
+    action, state_out = scripted(torch.zeros(3, 4), torch.zeros(3, 8))
+    assert action.shape == (3,) and state_out.shape == (3, 8)
+    code, _, err = call_main(export, best, "--output", tmp_path / "q.onnx", "--quantize", "int8")
     assert code == 2 and "memory" in err and len(err.strip().splitlines()) == 1, err
-    assert not (tmp_path / "policy.onnx").exists()
 
     loaded = rl_gpu.load(best)
     assert loaded.is_recurrent and isinstance(loaded.policy, ComposedActorCritic)

@@ -95,8 +95,33 @@ def test_memory_resets_exactly_on_the_rows_that_restart(lstm):
     torch.testing.assert_close(state, rollout.policy_state)
     with pytest.raises(ValueError, match="has memory"):
         policy.act(rollout.obs[0])
-    with pytest.raises(ValueError, match="not built yet"):
-        policy.export_module()
+
+
+@pytest.mark.parametrize("lstm", [False, True])
+def test_the_exported_policy_with_memory_acts_as_the_checkpoint_step_by_step(lstm):
+    """The ONNX model (state in, state out) run by onnxruntime over episodes equals act_with_state."""
+    ort = pytest.importorskip("onnxruntime")
+    from rl_gpu.interop.export import deployable, to_onnx_bytes
+
+    policy = _memory_policy(lstm)
+    policy.update_normalizer(torch.randn(64, 4) * 3 + 1) if policy.obs_rms is not None else None
+    env = make("CartPole-v1", num_envs=6, device="cpu", seed=5, max_episode_steps=7)
+    model = deployable(policy)
+    session = ort.InferenceSession(to_onnx_bytes(policy), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()][:2] == ["obs", "state"]
+    step = env.reset()
+    ours, exported = policy.initial_state(6), torch.zeros(6, model.state_size)
+    for _ in range(15):
+        out, after = policy.act_with_state(step.obs, ours, deterministic=True)
+        action, state_out = model(step.obs, exported)
+        onnx_action, onnx_state = session.run(None, {"obs": step.obs.numpy(), "state": exported.numpy()})
+        assert torch.equal(action, out.action) and torch.equal(torch.from_numpy(onnx_action), out.action)
+        torch.testing.assert_close(state_out, after[:, 0])       # the actor's half of the state
+        torch.testing.assert_close(torch.from_numpy(onnx_state), after[:, 0], rtol=1e-5, atol=1e-5)
+        step = env.step(out.action)
+        done = (step.terminated | step.truncated)[:, None]
+        ours = torch.where(done[:, :, None], policy.initial_state(6), after)
+        exported = torch.where(done, torch.zeros_like(state_out), state_out)
 
 
 @pytest.mark.parametrize("lstm", [False, True])
