@@ -82,7 +82,7 @@ def check_video_path(path: str | Path, inputs: Sequence[str | Path] = (), overwr
 
 
 def draws_itself(env) -> bool:
-    """Whether ``env`` renders its own frames (VMAS scenarios): ``render_frame(row)`` draws a world as it is,
+    """Whether ``env`` renders its own frames (VMAS scenarios, MinAtar games): ``render_frame(row)`` draws a world as it is,
     ``film_row`` makes ``step`` keep ``last_frame``, that row drawn before an auto-reset, and ``frame_rate`` is
     its steps per second."""
     return callable(getattr(env, "render_frame", None)) and hasattr(env, "film_row")
@@ -94,8 +94,8 @@ def require_mujoco_env(env, env_id: str | None = None) -> None:
 
     if not isinstance(env, MujocoEnv) and not draws_itself(env):
         name = env_id or type(env).__name__
-        raise UsageError(f"videos are recorded from MuJoCo environments (such as HalfCheetah-v5) and VMAS scenarios "
-                         f"(vmas:<scenario>); {name} is neither")
+        raise UsageError(f"videos are recorded from MuJoCo environments (such as HalfCheetah-v5), VMAS scenarios "
+                         f"(vmas:<scenario>) and MinAtar games (MinAtar-Breakout-v1, ...); {name} is none of them")
 
 
 class Mp4Writer:

@@ -106,3 +106,16 @@ def test_bad_parameters_are_refused():
         BreakoutEnv(2, sticky_action_prob=1.5)
     with pytest.raises((ValueError, TypeError), match="difficulty_ramping"):
         SpaceInvadersEnv(2, difficulty_ramping="yes")
+
+
+def test_an_episode_films_as_coloured_cells(tmp_path):
+    pytest.importorskip("imageio")
+    from rl_gpu.interop.video import record_episode
+    from rl_gpu.nn.actor_critic import UniformRandomPolicy
+
+    env = BreakoutEnv(2, seed=0)
+    frame = env.render_frame(0)
+    assert frame.shape == (160, 160, 3) and frame.dtype == np.uint8
+    assert (frame[9 * 16 + 8, int(env.state.inner.pos[0]) * 16 + 8] != 0).any()   # the paddle is drawn
+    result = record_episode(UniformRandomPolicy(), env, tmp_path / "b.mp4", max_steps=30)
+    assert result.frames == result.steps + 1 and (tmp_path / "b.mp4").stat().st_size > 0

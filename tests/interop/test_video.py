@@ -193,7 +193,7 @@ def test_evaluate_refuses_videos_it_cannot_make(tmp_path, capsys):
     cartpole = _checkpoint(tmp_path / "cartpole.pt", "CartPole-v1",
                            ActorCritic(obs_dim=4, num_actions=2, hidden_sizes=(8,)), 4)
     video = tmp_path / "clip.mp4"
-    assert "CartPole-v1 is neither" in _error(capsys, "--checkpoint", str(cartpole), "--video", str(video))
+    assert "CartPole-v1 is none of them" in _error(capsys, "--checkpoint", str(cartpole), "--video", str(video))
     named_like_a_video = _checkpoint(tmp_path / "cartpole.mp4", "CartPole-v1",
                                      ActorCritic(obs_dim=4, num_actions=2, hidden_sizes=(8,)), 4)
     assert "is the input" in _error(capsys, "--checkpoint", str(named_like_a_video), "--video",

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -61,6 +62,23 @@ class MinAtarEnv(TensorEnv[S]):
             raise ValueError(f"{type(self).__name__}: sticky_action_prob must be in [0, 1], got "
                              f"{self.params.sticky_action_prob!r}")
 
+    # --- frames for videos (rl-gpu evaluate --video: an environment that draws itself) ----------------------
+
+    film_row: int | None = None
+    """The row whose frames :meth:`step` keeps in ``last_frame`` (drawn before an auto-reset)."""
+    frame_rate = 15.0
+    last_frame: np.ndarray | None = None
+
+    def render_frame(self, row: int = 0) -> np.ndarray:
+        """Row ``row``'s frame as an RGB image (160 x 160 uint8): each cell coloured by its highest channel set."""
+        return _draw(self.observe().obs[row])
+
+    def step(self, action: Tensor):
+        result = super().step(action)
+        if self.film_row is not None:
+            self.last_frame = _draw(result.final_obs[self.film_row])
+        return result
+
     def full_action(self, action: Tensor) -> Tensor:
         """``[N]`` indices into :data:`ACTIONS` of the minimal-set actions ``action``."""
         if self._full_action is None or self._full_action.device != action.device:
@@ -72,6 +90,17 @@ class MinAtarEnv(TensorEnv[S]):
         ``sticky_action_prob``, else ``action`` (minimal-set indices)."""
         u = hash_uniform(key, t, STICKY_STREAM, 1)[:, 0]
         return torch.where(u < self.params.sticky_action_prob, last_action, self.full_action(action))
+
+
+_PALETTE = np.array([[0, 0, 0], [230, 230, 230], [250, 200, 60], [90, 170, 250], [240, 90, 90], [120, 220, 120],
+                     [200, 120, 240], [250, 150, 40], [60, 200, 200], [160, 160, 160], [255, 255, 255]], dtype=np.uint8)
+
+
+def _draw(frame: Tensor, scale: int = 16) -> np.ndarray:
+    """``[10, 10, C]`` bool -> ``[10 scale, 10 scale, 3]`` uint8: the highest channel set in each cell, coloured."""
+    c = frame.shape[-1]
+    level = (frame.cpu().long() * torch.arange(1, c + 1)).amax(-1).numpy() % len(_PALETTE)
+    return np.ascontiguousarray(_PALETTE[level].repeat(scale, 0).repeat(scale, 1))
 
 
 def cells(y: Tensor, x: Tensor) -> Tensor:
