@@ -62,7 +62,7 @@ if "$PY" -c "import vmas" 2>/dev/null; then
 else
     echo "vmas not installed: stage mappo_vmas skipped (pip install 'rl-gpu[vmas]')" | tee "$OUT/mappo_vmas.txt"
 fi
-stage policies 150 "$PY" benchmarks/gpu_check_policies.py --device cuda --output "$OUT/policies.json"
+stage policies 240 "$PY" benchmarks/gpu_check_policies.py --device cuda --output "$OUT/policies.json"
 # MuJoCo Warp (the mujoco-warp extra, installed in the carried .venv): HalfCheetah and Ant at N=4096 and 16384,
 # graph-captured steps, PPO training steps/s, agreement with the C engine. Skipped when mujoco_warp is absent.
 if "$PY" -c "import mujoco_warp" 2>/dev/null; then

@@ -5,7 +5,9 @@ host collector's compiled policy half, each timed as whole PPO iterations or col
     OMP_NUM_THREADS=1 python benchmarks/gpu_check_policies.py --device cpu --num-envs 64 --rounds 1
 
 Rows: ``cnn``: PPO on a 10x10x4 bool-frame task (``rl_gpu.envs.testing.frames``: a dot to locate, MinAtar's frame
-size) with the composed policy's CNN, eager / inductor / cudagraphs (CUDA only); ``gru``: PPO with ``memory_size=64`` on CartPoleNoVel-v1 (eager:
+size) with the composed policy's CNN, eager / inductor / cudagraphs (CUDA only); ``breakout``: the same on
+MinAtar-Breakout-v1 (the real game, bool frames), and ``breakout-bf16`` / ``breakout-fp16`` with ``--precision``
+(compare their steps/s with ``breakout``'s); ``gru``: PPO with ``memory_size=64`` on CartPoleNoVel-v1 (eager:
 recurrent PPO is not compiled yet); ``host``: PPO's collection of ``gym:CartPole-v1`` (Gymnasium on the host, the
 policy on the device), eager against the compiled policy half. One table at the end; figures are env steps/s.
 """
@@ -52,6 +54,13 @@ def builders(args: argparse.Namespace, device: torch.device) -> dict[str, tuple]
         return PPO(policy, PPOConfig(num_minibatches=4, update_epochs=2), 2.5e-3, 0, mode, env=env,
                    num_steps=t).iterate
 
+    def breakout(mode, precision="fp32"):
+        env = make("MinAtar-Breakout-v1", num_envs=n, device=device, seed=0)
+        torch.manual_seed(0)
+        policy = policy_for_env(env.spec, (128,)).to(device)
+        return PPO(policy, PPOConfig(num_minibatches=4, update_epochs=2), 5e-4, 0, mode, env=env, num_steps=t,
+                   precision=precision).iterate
+
     def gru(mode):
         env = make("CartPoleNoVel-v1", num_envs=n, device=device, seed=0)
         torch.manual_seed(0)
@@ -65,7 +74,11 @@ def builders(args: argparse.Namespace, device: torch.device) -> dict[str, tuple]
         policy = policy_for_env(env.spec, (64, 64)).to(device)
         return PPO(policy, PPOConfig(), 1e-3, 0, mode, env=env, num_steps=t).collect
 
-    return {"cnn": (cnn, n * t, compiled), "gru": (gru, n * t, ("off",)),
+    fast = ("off", compiled[-1])
+    return {"cnn": (cnn, n * t, compiled), "breakout": (breakout, n * t, fast),
+            "breakout-bf16": (lambda mode: breakout(mode, "bf16"), n * t, fast),
+            "breakout-fp16": (lambda mode: breakout(mode, "fp16"), n * t, fast),
+            "gru": (gru, n * t, ("off",)),
             "host": (host, args.host_envs * t, ("off", compiled[-1]))}
 
 

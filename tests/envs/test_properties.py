@@ -120,11 +120,11 @@ def _meta(result: StepResult) -> dict[str, tuple]:
 def _expected_meta(env: TensorEnv) -> dict[str, tuple]:
     n, dev = env.num_envs, env.device
     return {
-        "obs": ((n, *env.obs_shape), torch.float32, dev),
+        "obs": ((n, *env.obs_shape), env.obs_dtype, dev),
         "reward": (env.reward_shape, torch.float32, dev),
         "terminated": ((n,), torch.bool, dev),
         "truncated": ((n,), torch.bool, dev),
-        "final_obs": ((n, *env.obs_shape), torch.float32, dev),
+        "final_obs": ((n, *env.obs_shape), env.obs_dtype, dev),
         "action_mask": ((n, env.num_actions), torch.bool, dev),
         "current_player": ((n,), torch.int64, dev),
         "episode_return": (env.reward_shape, torch.float32, dev),

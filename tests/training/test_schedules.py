@@ -102,7 +102,8 @@ def test_progress_sets_the_rate_and_the_entropy_coefficient_in_place():
 
 def test_a_run_with_adaptive_kl_and_an_entropy_schedule_resumes_exactly(tmp_path):
     def config(out):
-        base = _config("CartPole-v1", out, lr_schedule="adaptive-kl", desired_kl=0.003)
+        base = _config("CartPole-v1", out, lr_schedule="adaptive-kl", desired_kl=0.003, max_updates=5,
+                       min_updates=5)
         return dataclasses.replace(base, algo_params=dataclasses.replace(base.algo_params, ent_coef_final=0.0))
 
     (full,) = train(config(tmp_path / "a"), log=QUIET)

@@ -73,9 +73,12 @@ def _loss_unit(policy: nn.Module, config: PPOConfig, autocast: tuple[str, torch.
     with ``scale``, of one micro-batch of the minibatch whose scale it is. ``autocast``: ``(device type, dtype)``
     of mixed precision (:mod:`rl_gpu.algos.precision`; dtype None: fp32)."""
     mb = {k: (_rows(v, idx) if v is not None else None) for k, v in flat._asdict().items()}
-    with torch.autocast(autocast[0], dtype=autocast[1], enabled=autocast[1] is not None):
+    if autocast[1] is None:
         loss, stats = ppo_loss(policy, mb, config, scale)
-    loss, stats = loss.float(), {k: v.float() for k, v in stats.items()}
+    else:
+        with torch.autocast(autocast[0], dtype=autocast[1]):
+            loss, stats = ppo_loss(policy, mb, config, scale)
+        loss, stats = loss.float(), {k: v.float() for k, v in stats.items()}
     # Detached: metrics summed over the update must not keep each minibatch's autograd graph alive.
     return loss, torch.stack([stats[k].detach() for k in LOSS_STATS])
 
