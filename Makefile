@@ -20,8 +20,9 @@ train: $(STAMP)
 	$(BIN)/python -m rl_gpu train --output artifacts/make-train --overwrite --seeds 11 --device auto
 
 # lint-imports checks the layering contracts of pyproject.toml ([tool.importlinter]) before the tests run.
-# pytest-xdist runs the tests in one worker per core (at most 4): each test is single-threaded.
-PYTEST_WORKERS ?= -n auto --maxprocesses 4
+# pytest-xdist runs the tests in one worker per core (at most 4): each test is single-threaded. worksteal: a worker
+# that runs out of tests takes some from a busy one, so a few long tests near the end do not leave a core idle.
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist worksteal
 
 test: $(STAMP)
 	$(BIN)/lint-imports --no-cache --no-logo

@@ -29,7 +29,7 @@ def _ppo(precision, **config):
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_a_mixed_precision_update_tracks_fp32s(precision):
+def test_a_mixed_precision_update_tracks_fp32s(precision):  # fp16: with its scale of 2**16 on every loss
     full, mixed = _ppo("fp32"), _ppo(precision)
     assert mixed.precision == precision and (mixed.units.scaler is not None) == (precision == "fp16")
     rollout = full.collect().clone()
