@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from sb3_solve import solve_callback
+
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLD = -200.0
 EVAL_EPISODES = 20
@@ -90,7 +92,6 @@ def worker_sb3(seed: int, eval_every: int) -> dict:
     import stable_baselines3
     import torch
     from stable_baselines3 import SAC
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
@@ -99,28 +100,10 @@ def worker_sb3(seed: int, eval_every: int) -> dict:
     eval_env = make_vec_env(ENV_ID, n_envs=EVAL_EPISODES, seed=10_000 + seed)
     model = SAC("MlpPolicy", env, learning_rate=ZOO["learning_rate"], seed=seed, device="cpu", verbose=0)
 
-    class Evaluate(BaseCallback):
-        """Evaluate at the first step at or after every ``eval_every`` steps; stop when solved."""
+    def evaluate(model) -> float:
+        return evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)[0]
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.next_eval, self.history, self.solved_at, self.eval_seconds = eval_every, [], None, 0.0
-
-        def _on_step(self) -> bool:
-            if self.num_timesteps < self.next_eval:
-                return True
-            t = time.perf_counter()
-            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
-            self.eval_seconds += time.perf_counter() - t
-            self.history.append((self.num_timesteps, float(mean)))
-            while self.next_eval <= self.num_timesteps:
-                self.next_eval += eval_every
-            if mean >= THRESHOLD:
-                self.solved_at = self.num_timesteps
-                return False
-            return True
-
-    callback = Evaluate()
+    callback = solve_callback(evaluate, eval_every, THRESHOLD, per_step=True)
     start = time.perf_counter()
     model.learn(total_timesteps=ZOO["n_timesteps"], callback=callback)
     train = time.perf_counter() - start

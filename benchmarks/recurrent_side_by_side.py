@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from sb3_solve import solve_callback
+
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLD = 475.0
 EVAL_EPISODES = 20
@@ -96,7 +98,6 @@ def worker_sb3(seed: int, eval_every: int, budget: int) -> dict:
     import numpy as np
     import torch
     from sb3_contrib import RecurrentPPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
@@ -130,28 +131,11 @@ def worker_sb3(seed: int, eval_every: int, budget: int) -> dict:
         policy_kwargs=dict(ortho_init=False, activation_fn=torch.nn.ReLU, lstm_hidden_size=z["lstm_hidden_size"],
                            enable_critic_lstm=True, net_arch=dict(pi=[z["net_arch"]], vf=[z["net_arch"]])))
 
-    class Evaluate(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.next_eval, self.history, self.solved_at, self.eval_seconds = eval_every, [], None, 0.0
+    def evaluate(model) -> float:
+        eval_env.obs_rms = env.obs_rms  # the training statistics, frozen
+        return evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)[0]
 
-        def _on_step(self) -> bool:
-            return self.solved_at is None
-
-        def _on_rollout_end(self) -> None:
-            if self.num_timesteps < self.next_eval:
-                return
-            t = time.perf_counter()
-            eval_env.obs_rms = env.obs_rms  # the training statistics, frozen
-            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
-            self.eval_seconds += time.perf_counter() - t
-            self.history.append((self.num_timesteps, float(mean)))
-            while self.next_eval <= self.num_timesteps:
-                self.next_eval += eval_every
-            if mean >= THRESHOLD:
-                self.solved_at = self.num_timesteps
-
-    callback = Evaluate()
+    callback = solve_callback(evaluate, eval_every, THRESHOLD)
     start = time.perf_counter()
     model.learn(total_timesteps=budget, callback=callback)
     import sb3_contrib

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from sb3_solve import solve_callback
+
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLD = 475.0
 EVAL_EPISODES = 20
@@ -109,7 +111,6 @@ def worker_rl_gpu(seed: int, eval_every: int, compile_mode: str, settings: dict)
 def worker_sb3(seed: int, eval_every: int) -> dict:
     import torch
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
@@ -126,36 +127,12 @@ def worker_sb3(seed: int, eval_every: int) -> dict:
                 learning_rate=linear(z["learning_rate"]), clip_range=linear(z["clip_range"]), seed=seed,
                 device="cpu", verbose=0)
 
-    class Evaluate(BaseCallback):
-        """Evaluate at the first rollout boundary at or after every ``eval_every`` steps; stop when solved."""
+    def evaluate(model) -> float:
+        return evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)[0]
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.next_eval, self.history, self.solved_at, self.eval_seconds = eval_every, [], None, 0.0
-
-        def _on_step(self) -> bool:
-            return True
-
-        def _on_rollout_end(self) -> None:
-            if self.num_timesteps < self.next_eval:
-                return
-            t = time.perf_counter()
-            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
-            self.eval_seconds += time.perf_counter() - t
-            self.history.append((self.num_timesteps, float(mean)))
-            while self.next_eval <= self.num_timesteps:
-                self.next_eval += eval_every
-            if mean >= THRESHOLD:
-                self.solved_at = self.num_timesteps
-                self.model._stop_training = True
-
-    class Stop(BaseCallback):
-        def _on_step(self) -> bool:
-            return not getattr(self.model, "_stop_training", False)
-
-    callback = Evaluate()
+    callback = solve_callback(evaluate, eval_every, THRESHOLD)
     start = time.perf_counter()
-    model.learn(total_timesteps=z["n_timesteps"], callback=[callback, Stop()])
+    model.learn(total_timesteps=z["n_timesteps"], callback=callback)
     train = time.perf_counter() - start
     import stable_baselines3
 
