@@ -63,6 +63,8 @@ class PPO(LearningRateSchedule):
         anneal_lr: :meth:`set_progress` decays the learning rate linearly to 0.
         opponent_seed: seeds the opponent's moves and the seat draw of turn-based games (default: derived from
             ``seed``).
+        precision: ``fp32``, ``bf16``, ``fp16`` or ``auto``: the update's networks under autocast
+            (:mod:`rl_gpu.algos.precision`).
     """
 
     def __init__(self, policy: nn.Module, config: PPOConfig, learning_rate: float, seed: int,
