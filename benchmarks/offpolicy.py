@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from sb3_solve import solve_callback
+from solve_rule import solve_callback
 
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLD = -200.0

@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from sb3_solve import solve_callback
+from solve_rule import solve_callback, train_until_solved
 
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLD = 475.0
@@ -73,24 +73,17 @@ def worker_rl_gpu(seed: int, eval_every: int, budget: int) -> dict:
         return float(episodes.state.episode_return.mean())
 
     per_iteration = config.num_envs * config.num_steps
-    steps, next_eval, history, eval_seconds, solved_at = 0, eval_every, [], 0.0, None
-    start = time.perf_counter()
-    while steps < budget:
-        algo.set_progress(min(steps / per_iteration / config.max_updates, 1.0))  # updates done, as rl-gpu train
+    updates = 0
+
+    def iterate() -> int:
+        nonlocal updates
+        algo.set_progress(min(updates / config.max_updates, 1.0))  # updates done, as rl-gpu train
         algo.iterate()
-        steps += per_iteration
-        if steps >= next_eval:
-            t = time.perf_counter()
-            mean = evaluate(10_000 * seed + len(history))
-            eval_seconds += time.perf_counter() - t
-            history.append((steps, mean))
-            while next_eval <= steps:
-                next_eval += eval_every
-            if mean >= THRESHOLD:
-                solved_at = steps
-                break
-    return {"library": "rl_gpu", "seed": seed, "solved": solved_at is not None, "env_steps": solved_at or steps,
-            "train_seconds": time.perf_counter() - start, "eval_seconds": eval_seconds, "evaluations": history}
+        updates += 1
+        return per_iteration
+
+    result = train_until_solved(iterate, lambda k: evaluate(10_000 * seed + k), eval_every, budget, THRESHOLD)
+    return {"library": "rl_gpu", "seed": seed, **result}
 
 
 def worker_sb3(seed: int, eval_every: int, budget: int) -> dict:

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from sb3_solve import solve_callback
+from solve_rule import solve_callback, train_until_solved
 
 ROOT = Path(__file__).resolve().parents[1]
 THRESHOLD = 475.0
@@ -83,28 +83,18 @@ def worker_rl_gpu(seed: int, eval_every: int, compile_mode: str, settings: dict)
     ppo = PPOConfig(**{k: v for k, v in cfg.items() if k in PPOConfig.__dataclass_fields__})
     algo = PPO(policy, ppo, cfg["learning_rate"], seed, compile=compile_mode)
     per_iteration = cfg["num_envs"] * cfg["num_steps"]
-    steps, next_eval, evals, history = 0, eval_every, 0, []
-    eval_seconds = 0.0
-    start = time.perf_counter()
-    solved_at = None
-    while steps < cfg["max_env_steps"]:
+    steps = 0
+
+    def iterate() -> int:
+        nonlocal steps
         algo.set_learning_rate(cfg["learning_rate"] * max(0.0, 1.0 - steps / cfg["anneal_steps"]))
         algo.iterate(env, cfg["num_steps"])
         steps += per_iteration
-        if steps >= next_eval:
-            t = time.perf_counter()
-            mean_return = evaluate_deterministic(policy, 10_000 * seed + evals)
-            eval_seconds += time.perf_counter() - t
-            evals += 1
-            history.append((steps, mean_return))
-            while next_eval <= steps:
-                next_eval += eval_every
-            if mean_return >= THRESHOLD:
-                solved_at = steps
-                break
-    train = time.perf_counter() - start
-    return {"library": "rl_gpu", "seed": seed, "solved": solved_at is not None, "env_steps": solved_at or steps,
-            "train_seconds": train, "eval_seconds": eval_seconds, "evaluations": history,
+        return per_iteration
+
+    result = train_until_solved(iterate, lambda k: evaluate_deterministic(policy, 10_000 * seed + k), eval_every,
+                                cfg["max_env_steps"], THRESHOLD)
+    return {"library": "rl_gpu", "seed": seed, **result,
             "compile": algo.compile, "settings": cfg}
 
 
