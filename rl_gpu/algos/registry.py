@@ -70,10 +70,10 @@ class AlgorithmSpec:
     policies: bool = False
     """Trains a policy of any registered kind (``--policy KIND``; :mod:`rl_gpu.nn.kinds`), built through
     ``Setup.policy``; otherwise it builds its own and ``--policy`` is refused."""
-    lr_schedules: tuple[str, ...] = ("constant", "linear", "cosine", "step")
-    """The ``--lr-schedule`` kinds it takes (:mod:`rl_gpu.algos.schedules`): those that follow training progress
-    need the :class:`~rl_gpu.algos.optim.LearningRateSchedule` mixin, ``adaptive-kl`` a KL measured per minibatch
-    (PPO's update)."""
+    lr_schedules: tuple[str, ...] = ("constant", "linear")
+    """The ``--lr-schedule`` kinds it takes (:mod:`rl_gpu.algos.schedules`): ``cosine`` and ``step`` need the
+    :class:`~rl_gpu.algos.optim.LearningRateSchedule` mixin (``PROGRESS_SCHEDULES``), ``adaptive-kl`` a KL
+    measured per minibatch (PPO's update)."""
     precisions: tuple[str, ...] = ("fp32",)
     """The ``--precision`` modes it takes (:mod:`rl_gpu.algos.precision`)."""
     flag_needs: tuple[tuple[str, str], ...] = ()
@@ -133,6 +133,10 @@ class AlgorithmSpec:
                              f"{', '.join(self.lr_schedules)})")
         if schedule is not None and hasattr(algo, "lr_schedule"):
             algo.lr_schedule = schedule
+        elif schedule is not None and schedule.kind not in ("constant", "linear"):
+            # An algorithm of one's own without the mixin would silently keep its rate: refused instead.
+            raise ValueError(f"--lr-schedule {schedule.kind} needs an algorithm with a learning-rate schedule "
+                             f"(rl_gpu.algos.optim.LearningRateSchedule); {type(algo).__name__} has none")
         return algo
 
     def build_population(self, members: list, env: Any) -> Any:
@@ -199,6 +203,10 @@ class AlgorithmSpec:
             load_entry(self.check)(config)
 
 
+PROGRESS_SCHEDULES = ("constant", "linear", "cosine", "step")
+"""The schedules an algorithm with the :class:`~rl_gpu.algos.optim.LearningRateSchedule` mixin takes (all but
+``adaptive-kl``)."""
+
 _ALGORITHMS = NamedRegistry(AlgorithmSpec, "algorithm")
 
 
@@ -236,16 +244,18 @@ register_algorithm(AlgorithmSpec(
 register_algorithm(AlgorithmSpec(
     name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
     summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1,
+    lr_schedules=PROGRESS_SCHEDULES,
     check="rl_gpu.algos.offpolicy.config:check_run", flag_needs=(("target_entropy", "autotune"),)))
 register_algorithm(AlgorithmSpec(
     name="td3", config="rl_gpu.algos.td3.config:TD3Config", factory="rl_gpu.algos.td3.algorithm:TD3",
     summary="twin delayed DDPG (off-policy; continuous actions)", default_num_steps=1,
+    lr_schedules=PROGRESS_SCHEDULES,
     check="rl_gpu.algos.offpolicy.config:check_run"))
 register_algorithm(AlgorithmSpec(
     name="neurd", config="rl_gpu.algos.neurd.config:NeuRDConfig", factory="rl_gpu.algos.neurd.algorithm:NeuRD",
     summary="full-width neural replicator dynamics (two-player zero-sum games small enough to enumerate)",
     default_num_steps=1, self_play_only=True, torchrun=False, step_budget=False, compile_modes=("off",),
-    ignores=("num_envs",), lr_schedules=("constant", "linear")))
+    ignores=("num_envs",)))
 register_algorithm(AlgorithmSpec(
     name="mappo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:MAPPO",
     summary="multi-agent PPO with a centralised critic (worlds of several agents acting at once)",

@@ -163,7 +163,8 @@ def test_its_flags_and_refusals_come_from_its_spec(toy, tmp_path, train, call_ma
     for args, needle in [(["--toy-gamma", "2"], "--toy-gamma must be in [0, 1]"),
                          (["--compile", "inductor"], "--compile inductor does not apply to --algo toy"),
                          (["--parallel", "--seeds", "1", "2"], "--parallel trains populations of PPO only"),
-                         (["--clip-coef", "0.1"], "--clip-coef")]:
+                         (["--clip-coef", "0.1"], "--clip-coef"),
+                         (["--lr-schedule", "cosine"], "--lr-schedule cosine does not apply to --algo toy")]:
         code, _, err = train(*args, "--max-updates", "2", "--output", tmp_path / "refused")
         assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "refused").exists()
