@@ -59,8 +59,9 @@ class LRSchedule:
             raise ValueError(f"--lr-step-every is a fraction of training in (0, 1], got {self.step_every!r}")
         if not 0 < self.step_gamma <= 1:
             raise ValueError(f"--lr-step-gamma must be in (0, 1], got {self.step_gamma!r}")
-        if not 0 < self.desired_kl < math.inf:
-            raise ValueError(f"--desired-kl must be positive, got {self.desired_kl!r}")
+        if not 0 < self.desired_kl <= 1:
+            raise ValueError(f"--desired-kl is a KL per minibatch in (0, 1] (rsl_rl uses 0.01), got "
+                             f"{self.desired_kl!r}")
         if not 0 < self.min_lr <= self.max_lr:
             raise ValueError(f"adaptive-kl bounds must satisfy 0 < min_lr <= max_lr, got {self.min_lr!r}, "
                              f"{self.max_lr!r}")
