@@ -131,8 +131,9 @@ def _export(config: ExportConfig) -> int:
         # One network per agent: one file each, every path checked before any is written.
         parts = ([(path, policy.agent(m)) for m, path in enumerate(agent_outputs(config.output, policy.num_agents))]
                  if per_agent else [(config.output, policy)])
-        for path, _ in parts if per_agent else ():
-            check_output(path, [config.checkpoint])
+        if per_agent:
+            for path, _ in parts:
+                check_output(path, [config.checkpoint])
         if config.clip_actions or config.quantize:
             check_trusted_env(payload.get("env_id"), config.checkpoint, config.trust_env)
         if config.clip_actions:

@@ -199,7 +199,7 @@ class PerAgentActorCritic(nn.Module):
             plain = GaussianActorCritic(self.obs_dim, self.action_dim, init_log_std=self.init_log_std, **sizes)
         else:
             plain = ActorCritic(self.obs_dim, self.num_actions, **sizes)
-        plain = plain.to(self.log_std.device if self.is_continuous else self.actor.layers[0].weight.device)
+        plain = plain.to(self.actor.layers[0].weight.device)
         with torch.no_grad():
             for stacked, net in ((self.actor, plain.actor), (self.critic, plain.critic)):
                 linears = [layer for layer in net if isinstance(layer, nn.Linear)]

@@ -53,8 +53,8 @@ class MinAtarEnv(TensorEnv[S]):
 
     def __init__(self, *args, **kwargs) -> None:
         self.num_actions = len(self.minimal_actions)
-        self._full_action = None
         super().__init__(*args, **kwargs)
+        self._full_action = torch.tensor([ACTIONS.index(c) for c in self.minimal_actions], device=self.device)
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -81,8 +81,6 @@ class MinAtarEnv(TensorEnv[S]):
 
     def full_action(self, action: Tensor) -> Tensor:
         """``[N]`` indices into :data:`ACTIONS` of the minimal-set actions ``action``."""
-        if self._full_action is None or self._full_action.device != action.device:
-            self._full_action = torch.tensor([ACTIONS.index(c) for c in self.minimal_actions], device=action.device)
         return self._full_action[action.long()]
 
     def sticky(self, action: Tensor, last_action: Tensor, key: Tensor, t: Tensor) -> Tensor:
