@@ -187,9 +187,10 @@ def _scenario(env_id: str) -> str:
 
 
 def has_preset(env_id: str) -> bool:
-    """Whether ``env_id`` (or, for ``gym:X``, ``X``; for ``vmas:X?k=v``, ``vmas:X``) has defaults of its own in
+    """Whether ``env_id`` (or, for ``gym:X``, ``X``; for ``vmas:X?k=v``, ``vmas:X``; for ``X?obs_mask=...``, ``X``) has defaults of its own in
     :data:`PRESETS` or :data:`MULTI_AGENT_PRESETS`."""
-    return env_id in PRESETS or env_id.removeprefix("gym:") in PRESETS or _scenario(env_id) in MULTI_AGENT_PRESETS
+    base = _scenario(env_id)
+    return base in PRESETS or base.removeprefix("gym:") in PRESETS or base in MULTI_AGENT_PRESETS
 
 
 def describe_custom_defaults(env_id: str) -> str:
@@ -301,10 +302,11 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
         section = params(**preset.pop("ppo", {}))
         return TrainConfig(env=env_id, algo=algo, algo_params=section, self_play=self_play, **preset)
     fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else CUSTOM_DEFAULTS
-    preset = dict(PRESETS.get(env_id, PRESETS.get(env_id.removeprefix("gym:"), fallback)))
+    base = _scenario(env_id)  # an observation-wrapped id (CartPole-v1?obs_mask=0,2) is the same task
+    preset = dict(PRESETS.get(base, PRESETS.get(base.removeprefix("gym:"), fallback)))
     if algo == "ppo":
         if self_play:
-            extra = dict(SELF_PLAY_PRESETS.get(env_id, {}))
+            extra = dict(SELF_PLAY_PRESETS.get(base, {}))
             ppo_extra = extra.pop("ppo", {})
             preset.update(extra, self_play=True, ppo={**preset.get("ppo", {}), **ppo_extra})
         section = params(**preset.pop("ppo", {}))
@@ -315,7 +317,7 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
     task = {k: preset[k] for k in _TASK_KEYS if k in preset}
     if algo not in ("sac", "td3"):
         return TrainConfig(env=env_id, algo=algo, self_play=self_play, **task)
-    own = OFF_POLICY_PRESETS.get(env_id, OFF_POLICY_PRESETS.get(env_id.removeprefix("gym:"), {})).get(algo, {})
+    own = OFF_POLICY_PRESETS.get(base, OFF_POLICY_PRESETS.get(base.removeprefix("gym:"), {})).get(algo, {})
     merged = {**_OFF_POLICY, **task, **own}
     section = params(**merged.pop(algo, {}))
     return TrainConfig(env=env_id, algo=algo, algo_params=section, **merged)

@@ -87,6 +87,7 @@ def module_to_import(env_id: object) -> str | None:
     None (registered and declared ids, plain ``gym:`` ids, rl_gpu's own modules, malformed ids)."""
     if not isinstance(env_id, str) or env_id in _registry:
         return None
+    env_id = _unwrapped_id(env_id)
     prefixed = _prefixed(env_id)
     if prefixed is not None and prefixed[0] == PREFIXES["pettingzoo:"]:
         module = prefixed[1].partition("?")[0]
@@ -258,6 +259,12 @@ def registered_ids() -> tuple[str, ...]:
     return tuple(sorted(_registry))
 
 
+def _unwrapped_id(env_id: str) -> str:
+    """``env_id`` without the observation wrappers of its query (:mod:`rl_gpu.envs.wrappers`); a prefixed id's
+    query is its family's and stays."""
+    return env_id if _prefixed(env_id) is not None else env_id.split("?", 1)[0]
+
+
 def is_known(env_id: str) -> bool:
     """True for a registered id, an id installed distributions declare (:data:`ENTRY_POINT_GROUP`), a
     prefixed id (``"gym:..."``) or an entry point ``"package.module:ClassName"``. As for ``gym:`` ids, an
@@ -265,6 +272,7 @@ def is_known(env_id: str) -> bool:
     (the module cannot be imported, has no such class, or the class is not an environment)."""
     if not isinstance(env_id, str):
         return False
+    env_id = _unwrapped_id(env_id)
     if env_id in _registry or _prefixed(env_id) is not None or is_entry_point(env_id):
         return True
     _read_declared()
@@ -278,8 +286,19 @@ def env_class(env_id: str) -> type:
     environment raise :class:`~rl_gpu.core.errors.UsageError` (a ``ValueError``) in one line."""
     prefixed = _prefixed(env_id)
     if prefixed is not None:
+        from rl_gpu.envs.wrappers import refuse_wrappers
+
+        refuse_wrappers(env_id)
         _guard(env_id)
         return _load(prefixed[0])
+    if isinstance(env_id, str) and "?" in env_id:
+        from rl_gpu.envs.wrappers import split_wrappers, wrapped_class
+
+        _guard(env_id)
+        base, wrapping = split_wrappers(env_id)
+        with named_ids_only([base]):  # the wrapped id was allowed (or named) as a whole
+            cls = env_class(base)
+        return cls if wrapping is None else wrapped_class(cls, env_id, wrapping)
     if isinstance(env_id, str) and env_id not in _registry:
         if is_entry_point(env_id):
             _guard(env_id)

@@ -71,13 +71,18 @@ class MinAtarEnv(TensorEnv[S]):
 
     def render_frame(self, row: int = 0) -> np.ndarray:
         """Row ``row``'s frame as an RGB image (160 x 160 uint8): each cell coloured by its highest channel set."""
-        return _draw(self.observe().obs[row])
+        return _draw(self._newest(self.observe().obs[row]))
 
     def step(self, action: Tensor):
         result = super().step(action)
         if self.film_row is not None:
-            self.last_frame = _draw(result.final_obs[self.film_row])
+            self.last_frame = _draw(self._newest(result.final_obs[self.film_row]))
         return result
+
+    def _newest(self, obs: Tensor) -> Tensor:
+        """The last frame of ``obs`` (a frame-stacked observation, :mod:`rl_gpu.envs.wrappers`, draws its newest)."""
+        newest = getattr(self, "newest_frame", None)
+        return obs if newest is None else newest(obs)
 
     def full_action(self, action: Tensor) -> Tensor:
         """``[N]`` indices into :data:`ACTIONS` of the minimal-set actions ``action``."""

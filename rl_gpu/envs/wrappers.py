@@ -1,0 +1,205 @@
+"""Observation wrappers written in an environment's id, so that a checkpoint's id rebuilds the same task:
+
+- ``obs_mask=I,J,...``: keep only entries I, J, ... (in that order) of the observation's last axis, a partially
+  observed task (``"HalfCheetah-v5?obs_mask=0,1,2,3,4,5,6,7"`` keeps the positions, hides the velocities);
+- ``frame_stack=K``: the observation is the last K observations, oldest first, joined along the last axis
+  (MinAtar's ``[10, 10, C]`` frames become ``[10, 10, K C]``, a vector of O entries one of K O); an episode's first
+  observation fills all K places.
+
+Both may be given (``"CartPole-v1?obs_mask=0,2&frame_stack=4"``: masked, then stacked). They wrap a
+:class:`~rl_gpu.envs.base.TensorEnv` (every registered id except the ``gym:``, ``vmas:`` and ``pettingzoo:``
+families) as a subclass built once per (class, settings), so compiled and graph-captured collection, state injection
+and exact resume work as for the environment itself. The earlier frames are state: the inner state becomes a
+``NamedTuple`` with the environment's own fields followed by ``previous_frames``, so same-step auto-reset refills
+a finished row's window with ``torch.where`` as it resets the rest, and checkpoints carry it. Every method of the
+environment still receives its own inner state, and observes only states it would observe itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from rl_gpu.core.errors import UsageError
+from rl_gpu.envs.params import split_id_parameters
+
+WRAPPER_PARAMETERS = ("obs_mask", "frame_stack")
+"""What the query of a registered (or ``package.module:Class``) id may set."""
+
+MAX_FRAME_STACK = 64
+"""Most observations one stack joins."""
+
+
+class Wrapping(NamedTuple):
+    """What an id asks: kept indices of the observation's last axis (None: all) and frames per stack."""
+
+    obs_mask: tuple[int, ...] | None
+    frame_stack: int
+
+
+def split_wrappers(env_id: str) -> tuple[str, Wrapping | None]:
+    """``"CartPole-v1?obs_mask=0,2"`` -> ``("CartPole-v1", Wrapping((0, 2), 1))``; an id without ``?`` comes back
+    as it is with None. Malformed settings raise :class:`~rl_gpu.core.errors.UsageError` in one line."""
+    base, query = env_id.split("?", 1) if "?" in env_id else (env_id, "")
+    if not query:
+        if "?" in env_id:
+            raise UsageError(f"{env_id!r}: nothing follows '?' (write ID?obs_mask=I,J,... or ID?frame_stack=K)")
+        return env_id, None
+    _, params = split_id_parameters("", f"{base}?{query}")
+    unknown = sorted(set(params) - set(WRAPPER_PARAMETERS))
+    if unknown:
+        raise UsageError(f"{env_id!r}: unknown id parameter {unknown[0]!r}; a registered id takes "
+                         f"{' and '.join(WRAPPER_PARAMETERS)} (ID?obs_mask=0,2&frame_stack=4)")
+    mask = params.get("obs_mask")
+    if mask is not None:
+        parts = str(mask).split(",")
+        if not all(p.isdigit() for p in parts):
+            raise UsageError(f"{env_id!r}: obs_mask is a list of indices of the observation's last axis joined "
+                             f"by ',' (obs_mask=0,2), got {mask!r}")
+        mask = tuple(int(p) for p in parts)
+        if len(set(mask)) != len(mask):
+            raise UsageError(f"{env_id!r}: obs_mask names an index twice ({mask})")
+    stack = params.get("frame_stack", 1)
+    if isinstance(stack, bool) or not isinstance(stack, int) or not 1 <= stack <= MAX_FRAME_STACK:
+        raise UsageError(f"{env_id!r}: frame_stack is the number of observations joined, an integer from 1 to "
+                         f"{MAX_FRAME_STACK}, got {stack!r}")
+    return base, Wrapping(mask, stack)
+
+
+def refuse_wrappers(env_id: str) -> None:
+    """A one-line :class:`~rl_gpu.core.errors.UsageError` when a prefixed id (``gym:``, ``vmas:``,
+    ``pettingzoo:``: stepped by another library) asks for an observation wrapper."""
+    keys = {part.partition("=")[0] for part in env_id.partition("?")[2].split("&")}
+    asked = [name for name in WRAPPER_PARAMETERS if name in keys]
+    if asked:
+        raise UsageError(f"{env_id!r}: {asked[0]} wraps tensor environments (registered ids, package.module:Class "
+                         "ids); gym:, vmas: and pettingzoo: ids are stepped by another library and take neither "
+                         f"{' nor '.join(WRAPPER_PARAMETERS)}")
+
+
+_classes: dict[tuple[type, Wrapping], type] = {}
+_stacked_types: dict[type, type] = {}
+
+
+def wrapped_class(cls: type, env_id: str, wrapping: Wrapping) -> type:
+    """The subclass of ``cls`` that ``wrapping`` describes (the same class for the same request), or a one-line
+    :class:`~rl_gpu.core.errors.UsageError` when ``cls`` cannot be wrapped so."""
+    from rl_gpu.envs.base import TensorEnv
+
+    if not (isinstance(cls, type) and issubclass(cls, TensorEnv)):
+        raise UsageError(f"{env_id!r}: obs_mask and frame_stack wrap tensor environments (TensorEnv subclasses); "
+                         f"{getattr(cls, '__name__', cls)} is stepped elsewhere")
+    size = tuple(cls.obs_shape)[-1] if tuple(cls.obs_shape) else 1
+    if wrapping.obs_mask is not None and max(wrapping.obs_mask) >= size:
+        raise UsageError(f"{env_id!r}: obs_mask index {max(wrapping.obs_mask)} is out of range: the last axis of "
+                         f"{cls.__name__}'s observation {tuple(cls.obs_shape)} has entries 0 to {size - 1}")
+    if wrapping.frame_stack > 1 and cls.num_players > 1:
+        raise UsageError(f"{env_id!r}: frame_stack joins one player's observations in time, and {cls.__name__} "
+                         "is a turn-based game whose observation changes hands every step")
+    key = (cls, wrapping)
+    if key not in _classes:
+        suffix = ("Masked" if wrapping.obs_mask is not None else "") + (
+            f"Stack{wrapping.frame_stack}" if wrapping.frame_stack > 1 else "")
+        name = f"{cls.__name__}{suffix}"
+        namespace = {"wrapping": wrapping, "__module__": __name__, "__qualname__": name,
+                     "__doc__": f"{cls.__name__} seen through {wrapping} (:mod:`rl_gpu.envs.wrappers`)."}
+        # A hook the environment leaves to the base class stays the base class's (it ignores the inner state's
+        # fields, and the spec tells "has legal actions" by it).
+        for hook in ("_observe_critic", "_legal_actions", "_acting", "_current_player"):
+            if getattr(cls, hook) is getattr(TensorEnv, hook):
+                namespace[hook] = getattr(TensorEnv, hook)
+        _classes[key] = type(name, (ObservationWrapper, cls), namespace)
+    return _classes[key]
+
+
+def _stacked_type(base: type) -> type:
+    """The inner-state type of a stacked environment: ``base``'s fields, then ``previous_frames`` (the K - 1
+    observations before the current one, oldest first, joined along the last axis)."""
+    if base not in _stacked_types:
+        fields = [(f, Tensor) for f in base._fields] + [("previous_frames", Tensor)]
+        stacked = NamedTuple(f"{base.__name__}Stacked", fields)
+        stacked.__module__ = __name__
+        stacked.base_type = base
+        _stacked_types[base] = stacked
+    return _stacked_types[base]
+
+
+class ObservationWrapper:
+    """Placed before a :class:`~rl_gpu.envs.base.TensorEnv` subclass in a class built by :func:`wrapped_class`."""
+
+    wrapping: Wrapping
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._mask_index: dict[torch.device, Tensor] = {}
+        super().__init__(*args, **kwargs)
+        raw = tuple(self.obs_shape)
+        self.frame_shape = (*raw[:-1], len(self.wrapping.obs_mask)) if self.wrapping.obs_mask else raw
+        """One observation's shape before stacking."""
+        self.obs_shape = (*self.frame_shape[:-1], self.frame_shape[-1] * self.wrapping.frame_stack)
+        self.obs_low, self.obs_high = self._bounds(self.obs_low, raw), self._bounds(self.obs_high, raw)
+
+    def _bounds(self, flat: tuple[float, ...] | None, raw: tuple[int, ...]) -> tuple[float, ...] | None:
+        if flat is None:
+            return None
+        t = torch.tensor(flat, dtype=torch.float64).view(raw)
+        if self.wrapping.obs_mask is not None:
+            t = t[..., list(self.wrapping.obs_mask)]
+        t = torch.cat([t] * self.wrapping.frame_stack, -1)
+        return tuple(t.flatten().tolist())
+
+    def _frame(self, inner: Any) -> Tensor:
+        """The environment's observation of its own ``inner``, masked."""
+        obs = super()._observe(inner)
+        mask = self.wrapping.obs_mask
+        if mask is None:
+            return obs
+        index = self._mask_index.get(obs.device)
+        if index is None:
+            index = self._mask_index[obs.device] = torch.tensor(mask, device=obs.device)
+        return obs.index_select(-1, index)
+
+    def _own(self, inner: Any) -> Any:
+        """The environment's own inner state (without the stacked frames)."""
+        base = getattr(type(inner), "base_type", None)
+        return inner if base is None else base(*inner[:-1])
+
+    def newest_frame(self, obs: Tensor) -> Tensor:
+        """The last observation of a stacked one (``[..., K C]`` -> ``[..., C]``)."""
+        return obs[..., obs.shape[-1] - self.frame_shape[-1]:]
+
+    def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> Any:
+        inner = super()._sample_initial_state(num_envs, generator)
+        k = self.wrapping.frame_stack
+        if k == 1:
+            return inner
+        return _stacked_type(type(inner))(*inner, torch.cat([self._frame(inner)] * (k - 1), -1))
+
+    def _transition(self, inner: Any, action: Tensor) -> tuple[Any, Tensor, Tensor]:
+        own = self._own(inner)
+        nxt, reward, terminated = super()._transition(own, action)
+        if self.wrapping.frame_stack == 1:
+            return nxt, reward, terminated
+        # The window moves by the observation of the state stepped from (one the environment could be asked for;
+        # the state stepped to may be a finished row's leftover that it never observes).
+        frame = self._frame(own)
+        previous = torch.cat([inner.previous_frames[..., frame.shape[-1]:], frame], -1)
+        return _stacked_type(type(nxt))(*nxt, previous), reward, terminated
+
+    def _observe(self, inner: Any) -> Tensor:
+        if self.wrapping.frame_stack == 1:
+            return self._frame(inner)
+        return torch.cat([inner.previous_frames, self._frame(self._own(inner))], -1)
+
+    def _observe_critic(self, inner: Any) -> Tensor:
+        return super()._observe_critic(self._own(inner))
+
+    def _legal_actions(self, inner: Any) -> Tensor:
+        return super()._legal_actions(self._own(inner))
+
+    def _acting(self, inner: Any) -> Tensor | None:
+        return super()._acting(self._own(inner))
+
+    def _current_player(self, inner: Any) -> Tensor:
+        return super()._current_player(self._own(inner))
