@@ -85,6 +85,9 @@ class Setup:
     """The opponent slot of turn-based games: ``opponent(policy)`` returns the actor that plays the other seats,
     called once, by an algorithm whose spec says ``self_play``, as soon as it has built its policy (self-play: a
     league of that policy's snapshots, :mod:`rl_gpu.training.league`); None: uniform random legal actions."""
+    async_collect: bool = False
+    """Collect the next rollout in a second thread while the learner updates (algorithms whose spec says
+    ``asynchronous``)."""
     make_env: Callable[[int, int], VecEnv] | None = None
     """``make_env(num_envs, seed)``: a fresh batch of the run's environment with its own reset stream, on the
     run's device, for collectors of the algorithm's own (other threads or processes, a second buffer); None

@@ -81,6 +81,13 @@ class AlgorithmSpec:
     so giving it with the switch off is refused (``rl-gpu train`` checks every flag it is given)."""
     ignores: tuple[str, ...] = ()
     """Training settings it does not use (refused when given, rather than silently ignored)."""
+    asynchronous: bool = False
+    """Learns while collecting (``--async-collect``; :mod:`rl_gpu.algos.ppo.asynchronous`)."""
+    preset_of: str | None = None
+    """Takes the presets of this algorithm (``"ppo"``: its environment presets, section included) instead of only
+    the task's keys over the global defaults."""
+    preset_section: tuple[str, ...] | None = None
+    """With ``preset_of``: the keys of that algorithm's section it takes (None: all of them)."""
     check: str | None = None
     """``"module:function"``: ``check(config)`` raises ``UsageError`` for a run it cannot make (settings that
     together leave nothing to learn, say); called when a run starts, before anything is written
@@ -177,6 +184,11 @@ class AlgorithmSpec:
                     "adaptive-kl", "a population's stacked update measures no KL per member"),
                    (config.precision not in self.precisions, f"--precision {config.precision}",
                     f"it trains in {', '.join(self.precisions)}"),
+                   (config.async_collect and not self.asynchronous, "--async-collect",
+                    "it collects and learns in turn"),
+                   (config.async_collect and (config.parallel or config.self_play or config.uses_memory),
+                    "--async-collect with --parallel, --self-play or --memory",
+                    "learning while collecting runs one feed-forward learner on a single-player task"),
                    (config.parallel and config.precision != "fp32", f"--parallel with --precision {config.precision}",
                     "a population's stacked update runs in fp32"),
                    (config.uses_memory and config.precision != "fp32", f"--memory with --precision {config.precision}",
@@ -240,7 +252,19 @@ register_algorithm(AlgorithmSpec(
     name="ppo", config="rl_gpu.algos.ppo.config:PPOConfig", factory="rl_gpu.algos.ppo.algorithm:PPO",
     summary="proximal policy optimisation (on-policy; discrete or continuous actions)",
     self_play=True, population="rl_gpu.algos.population.ppo:PopulationPPO", pbt="rl_gpu.algos.population.pbt:PBT",
-    policies=True, lr_schedules=LR_SCHEDULES, precisions=PRECISIONS, flag_needs=(("norm_reward_clip", "norm_reward"),)))
+    policies=True, lr_schedules=LR_SCHEDULES, precisions=PRECISIONS, flag_needs=(("norm_reward_clip", "norm_reward"),),
+    asynchronous=True))
+register_algorithm(AlgorithmSpec(
+    name="appo", config="rl_gpu.algos.vtrace.config:APPOConfig", factory="rl_gpu.algos.vtrace.algorithm:APPO",
+    summary="PPO's clipped objective on V-trace advantages and targets (single-agent tasks)",
+    compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, preset_of="ppo", asynchronous=True,
+    flag_needs=(("norm_reward_clip", "norm_reward"),)))
+register_algorithm(AlgorithmSpec(
+    name="impala", config="rl_gpu.algos.vtrace.config:IMPALAConfig", factory="rl_gpu.algos.vtrace.algorithm:IMPALA",
+    summary="IMPALA's V-trace actor-critic (single-agent tasks)", compile_modes=("off", "inductor"),
+    lr_schedules=LR_SCHEDULES, preset_of="ppo", preset_section=("gamma", "ent_coef", "vf_coef", "reward_scale"),
+    asynchronous=True,
+    ignores=("clip_coef", "clip_vloss"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
     name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
     summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1,

@@ -292,7 +292,8 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
     ``gym:`` ids take :data:`GYMNASIUM_DEFAULTS`; ``self_play`` adds :data:`SELF_PLAY_PRESETS` (PPO). SAC and
     TD3 take the task keys of the environment's preset (goal, budget, evaluation) under their own settings
     (:data:`OFF_POLICY_PRESETS`), NeuRD its validation sizes under :data:`NEURD_PRESET`, the multi-agent algorithms
-    (MAPPO, IPPO) :data:`MULTI_AGENT_PRESETS` (else :data:`CUSTOM_DEFAULTS`), and any other registered
+    (MAPPO, IPPO) :data:`MULTI_AGENT_PRESETS` (else :data:`CUSTOM_DEFAULTS`), an algorithm whose spec names
+    ``preset_of="ppo"`` (APPO, IMPALA) PPO's presets (its section, or the keys its spec names), and any other registered
     algorithm the task keys over the global defaults; an unknown ``algo`` is a ``UsageError`` (a ``ValueError``).
     """
     spec = algorithm_spec(algo)
@@ -304,13 +305,15 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
     fallback = GYMNASIUM_DEFAULTS if env_id.startswith("gym:") else CUSTOM_DEFAULTS
     base = _scenario(env_id)  # an observation-wrapped id (CartPole-v1?obs_mask=0,2) is the same task
     preset = dict(PRESETS.get(base, PRESETS.get(base.removeprefix("gym:"), fallback)))
-    if algo == "ppo":
-        if self_play:
+    if algo == "ppo" or spec.preset_of == "ppo":
+        if self_play and algo == "ppo":
             extra = dict(SELF_PLAY_PRESETS.get(base, {}))
             ppo_extra = extra.pop("ppo", {})
             preset.update(extra, self_play=True, ppo={**preset.get("ppo", {}), **ppo_extra})
-        section = params(**preset.pop("ppo", {}))
-        return TrainConfig(env=env_id, algo_params=section, **preset)
+        values = preset.pop("ppo", {})
+        if spec.preset_section is not None:
+            values = {k: v for k, v in values.items() if k in spec.preset_section}
+        return TrainConfig(env=env_id, algo=algo, algo_params=params(**values), **preset)
     if algo == "neurd":
         evaluation = {k: preset[k] for k in ("eval_episodes", "final_eval_episodes") if k in preset}
         return TrainConfig(env=env_id, algo="neurd", self_play=self_play, **{**NEURD_PRESET, **evaluation})

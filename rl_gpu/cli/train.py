@@ -64,6 +64,9 @@ def _given(args: Sequence[str]) -> list[str]:
     return [arg.split("=", 1)[0] for arg in args if arg.startswith("--") and arg != "--"]
 
 
+SHORT_FLAGS = {"--async": "--async-collect", "--no-async": "--no-async-collect"}
+"""Flags whose field names Python reserves, written short (``async`` is a keyword)."""
+
 PRE_READ = ("--resume", "--config", "--env", "--algo")
 """Flags read before parsing (they choose the defaults the other flags override)."""
 
@@ -367,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Only the environment id given as ``--env`` may import a module of its own (``mymodule:MyEnv``): one that a
     ``--config`` file or a resumed run records is refused unless ``--env`` names it too."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    args = [SHORT_FLAGS.get(a, a) for a in (sys.argv[1:] if argv is None else argv)]
     with named_ids_only([_flag_value(args, "--env")]):
         return quiet_broken_pipe(_main)(args)
 

@@ -81,6 +81,10 @@ class TrainConfig:
     """the update's networks under autocast (PPO, MAPPO, IPPO): bf16, or fp16 with a loss scaler kept on the device;
     weights, optimiser, normalisers, advantages and losses stay fp32; auto: bf16 on a CUDA device that has it, else
     fp32"""
+    async_collect: bool = False
+    """learn while collecting (PPO, APPO, IMPALA; --async for short): a second thread collects the next rollout
+    with a copy of the policy while the learner updates on the last one, so stepping and learning overlap; the
+    data is one policy version old (logged as policy_lag; APPO and IMPALA correct for it with V-trace)"""
     lr_schedule: Literal["constant", "linear", "cosine", "step", "adaptive-kl"] = "constant"
     """how the learning rate moves over --max-updates (over --total-timesteps when given): linear or cosine to 0;
     step: times --lr-step-gamma every --lr-step-every of training; adaptive-kl (PPO, MAPPO, IPPO): rsl_rl's rule,

@@ -111,7 +111,7 @@ class Trainer(CheckpointMixin):
                 # A policy with memory trains eagerly for now (the config refuses any other explicit mode).
                 compile="off" if config.uses_memory else resolve_compile(
                     ranks.resolve_compile(config.compile, self.device), self.device),
-                opponent=self.league_of if config.self_play else None,
+                opponent=self.league_of if config.self_play else None, async_collect=config.async_collect,
             )
             self.league: League | None = None
             if config.self_play and world_size() > 1:

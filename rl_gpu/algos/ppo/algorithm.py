@@ -12,8 +12,9 @@ from torch import Tensor, nn
 
 from rl_gpu.algos.base import COLLECTION_METRICS, Iteration, PhaseTimer, Setup, collection_metrics, no_phase
 from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
+from rl_gpu.algos.ppo.asynchronous import AsyncCollection
 from rl_gpu.algos.ppo.config import PPOConfig
-from rl_gpu.algos.ppo.loss import Coefficients
+from rl_gpu.algos.ppo.loss import Coefficients, ppo_loss
 from rl_gpu.algos.ppo.update import (
     UpdateMetrics,
     UpdateUnits,
@@ -67,9 +68,13 @@ class PPO(LearningRateSchedule):
             (:mod:`rl_gpu.algos.precision`).
     """
 
+    loss_fn = staticmethod(ppo_loss)
+    """The minibatch loss (:data:`~rl_gpu.algos.ppo.update.LossFn`); a subclass may learn by another."""
+
     def __init__(self, policy: nn.Module, config: PPOConfig, learning_rate: float, seed: int,
                  compile: str = "off", *, env: VecEnv | None = None, num_steps: int | None = None,
-                 anneal_lr: bool = False, opponent_seed: int | None = None, precision: str = "fp32") -> None:
+                 anneal_lr: bool = False, opponent_seed: int | None = None, precision: str = "fp32",
+                 async_collect: bool = False) -> None:
         device = next(policy.parameters()).device
         self.precision = resolve_precision(precision, device)
         """``fp32``, ``bf16`` or ``fp16``: the update's networks under autocast (:mod:`rl_gpu.algos.precision`)."""
@@ -106,7 +111,8 @@ class PPO(LearningRateSchedule):
             coefficients = Coefficients(config, self.ent_coef, config.clip_coef)
         if self.precision != "fp32" and self.recurrent:
             raise ValueError(f"a policy with memory trains in fp32 for now, not --precision {self.precision}")
-        self.units = UpdateUnits(policy, self.optimizer, coefficients, self.compile, self.precision)
+        self.units = UpdateUnits(policy, self.optimizer, coefficients, self.compile, self.precision,
+                                 loss_fn=type(self).loss_fn)
         # With config.norm_reward: one running return per environment row, so it is sized by the rollouts'
         # N: built here when bound to an environment, else on the first update (or load_state_dict).
         self.reward_normalizer: RewardNormalizer | None = None
@@ -124,8 +130,14 @@ class PPO(LearningRateSchedule):
         if env is not None:
             self.num_steps = self.default_num_steps(env) if num_steps is None else num_steps
             self.check_setup(env, self.num_steps)
+        self.version = 0
+        """Updates made so far: the policy's version number."""
+        self.policy_lag = 0
+        """Versions between the policy the update learns with and the one that collected its rollout."""
+        self._async = self._asynchronous(env, async_collect)
         self.metric_names = (*UPDATE_METRICS, *(("ent_coef",) if self.ent_coef is not None else ()),
-                             "learning_rate", *COLLECTION_METRICS)
+                             *(("policy_lag",) if self._async is not None else ()), "learning_rate",
+                             *COLLECTION_METRICS)
         self.resume_notes: tuple[str, ...] = ()
         self.last_rollout: Rollout | None = None
         """The rollout the last :meth:`iterate` learned from (storage reused by the next call)."""
@@ -142,7 +154,8 @@ class PPO(LearningRateSchedule):
         policy = policy.to(env.device)
         algo = cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
-                   opponent_seed=derive_seed(setup.seed, "opponent"), precision=setup.precision)
+                   opponent_seed=derive_seed(setup.seed, "opponent"), precision=setup.precision,
+                   async_collect=setup.async_collect)
         if setup.opponent is not None:  # the declared slot (self-play: the league of this policy's snapshots)
             algo.opponent = setup.opponent(algo.policy)
         return algo
@@ -312,6 +325,8 @@ class PPO(LearningRateSchedule):
         number is drawn before it into the graph's static input buffers. Returns its statistics (0-dim tensors on
         the device). ``phase(name)`` times the ``collect`` and ``update`` phases (one ``iterate`` phase
         when a CUDA graph runs both)."""
+        if self._async is not None and env is None and num_steps is None and episodic is None:
+            return self._iterate_async(phase)
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
         # Single-player continuing rollouts have every weight 1 by construction: the update skips them.
         weighted = episodic or env.spec.num_players > 1
@@ -338,6 +353,37 @@ class PPO(LearningRateSchedule):
         learner = {name: getattr(metrics, name) for name in UPDATE_METRICS}
         if self.ent_coef is not None:
             learner["ent_coef"] = self.ent_coef.clone()
+        return Iteration(collection_metrics(rollout), self.lr.clone(), learner)
+
+    def _asynchronous(self, env: VecEnv | None, on: bool) -> AsyncCollection | None:
+        if not on:
+            return None
+        if env is None or self.episodic(env) or env.spec.num_agents > 1 or self.recurrent:
+            raise ValueError("--async-collect learns single-player tasks with a feed-forward policy, bound to its "
+                             "environment (turn-based games, worlds of several agents and policies with memory "
+                             "collect in the learner's thread)")
+        return AsyncCollection(self._policy, env, self.num_steps, self.compile)
+
+    def _iterate_async(self, phase: PhaseTimer) -> Iteration:
+        """One iteration of learning while collecting (:mod:`rl_gpu.algos.ppo.asynchronous`): the update on the
+        rollout collected last time overlaps the collection of the next one by the policy as it is now."""
+        collector = self._async
+        with phase("collect"):
+            collector.first(self.policy_rng, self.version)
+        rollout, version = collector.next
+        collector.refresh(rollout)
+        pending = collector.start(self.policy_rng)
+        self.policy_lag = self.version - version
+        with phase("update"):
+            metrics = self.update(rollout)
+        self.version += 1
+        with phase("collect"):  # what of the collection the update did not hide
+            collector.next = (pending.result(), self.version - 1)
+        self.last_rollout = rollout
+        learner = {name: getattr(metrics, name) for name in UPDATE_METRICS}
+        if self.ent_coef is not None:
+            learner["ent_coef"] = self.ent_coef.clone()
+        learner["policy_lag"] = torch.tensor(float(self.policy_lag), device=self.device)
         return Iteration(collection_metrics(rollout), self.lr.clone(), learner)
 
     @property
@@ -374,6 +420,9 @@ class PPO(LearningRateSchedule):
             state["loss_scaler"] = self.units.scaler.state_dict()
         if self.recurrent and self.env in self._policy_state:
             state["policy_state"] = self._policy_state[self.env]
+        if self._async is not None:
+            state["version"] = self.version
+            state["async"] = self._async.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -384,6 +433,9 @@ class PPO(LearningRateSchedule):
         self.opponent_rng.set_state(state["opponent_rng"].cpu())
         if self.units.scaler is not None:
             self.units.scaler.load_state_dict(state["loss_scaler"])
+        if self._async is not None:
+            self.version = int(state.get("version", 0))
+            self._async.load_state_dict(state.get("async", {}), self.device)
         if self.recurrent and "policy_state" in state and self.env is not None:
             self._policy_state[self.env] = tree_map(lambda x: x.to(self.device), state["policy_state"])
         if self.config.norm_reward and ("reward_normalizer" in state or self.reward_normalizer is not None):

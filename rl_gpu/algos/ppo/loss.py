@@ -5,6 +5,7 @@ Shape legend: M = minibatch slots.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -61,6 +62,25 @@ def minibatch_scale(advantage: Tensor, weight: Tensor | None, config: PPOConfig)
     return MinibatchScale(count, mean, var.sqrt() + 1e-8)
 
 
+def minibatch_means(advantage: Tensor, weight: Tensor | None, config: Any,
+                    scale: MinibatchScale | None) -> tuple[Callable[[Tensor], Tensor], Tensor]:
+    """``(mean, advantage)``: the minibatch's mean over learner decisions (with ``scale``, a micro-batch's share of
+    it) and its ``[M]`` advantages, normalised when ``config.norm_adv``."""
+    if scale is None:
+        mean = partial(masked_mean, weight=weight)
+        if config.norm_adv:
+            adv_mean = mean(advantage)
+            advantage = (advantage - adv_mean) / (mean((advantage - adv_mean).square()).sqrt() + 1e-8)
+        return mean, advantage
+
+    def share(x: Tensor) -> Tensor:
+        return (x if weight is None else x * weight).sum() / scale.count
+
+    if config.norm_adv:
+        advantage = (advantage - scale.adv_mean) / scale.adv_scale
+    return share, advantage
+
+
 def ppo_loss(
     policy: nn.Module, mb: dict[str, Tensor], config: PPOConfig, scale: MinibatchScale | None = None
 ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -80,18 +100,7 @@ def ppo_loss(
     new_log_prob, entropy, new_value = policy.evaluate(mb["obs"], mb["action"], mb["action_mask"], **extra)
     log_ratio = new_log_prob - mb["log_prob"]
     ratio = log_ratio.exp()
-    advantage = mb["advantage"]
-    if scale is None:
-        mean = partial(masked_mean, weight=w)
-        if config.norm_adv:
-            adv_mean = mean(advantage)
-            advantage = (advantage - adv_mean) / (mean((advantage - adv_mean).square()).sqrt() + 1e-8)
-    else:
-        def mean(x: Tensor) -> Tensor:
-            return (x if w is None else x * w).sum() / scale.count
-
-        if config.norm_adv:
-            advantage = (advantage - scale.adv_mean) / scale.adv_scale
+    mean, advantage = minibatch_means(mb["advantage"], w, config, scale)
     pg_loss = mean(
         torch.maximum(-advantage * ratio, -advantage * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef))
     )

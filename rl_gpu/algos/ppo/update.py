@@ -13,6 +13,7 @@ the result of stopping there.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import partial
 
@@ -58,6 +59,10 @@ class UpdateMetrics:
 MINIBATCH_ROW = ("loss", *LOSS_STATS, "grad_norm")
 """What each minibatch adds to the update's totals, in order."""
 
+LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
+"""A minibatch loss as :func:`~rl_gpu.algos.ppo.loss.ppo_loss` is one: ``(policy, mb, config, scale) -> (loss,
+stats)`` with :data:`~rl_gpu.algos.ppo.loss.LOSS_STATS` among the stats."""
+
 
 def _gae_unit(gamma: float, gae_lambda: float, reward_scale: float, batch: Rollout,
               weighted: bool = True) -> tuple[Tensor, Tensor]:
@@ -67,17 +72,17 @@ def _gae_unit(gamma: float, gae_lambda: float, reward_scale: float, batch: Rollo
     )
 
 
-def _loss_unit(policy: nn.Module, config: PPOConfig, autocast: tuple[str, torch.dtype | None], flat: FlatBatch,
-               idx: Tensor, scale: MinibatchScale | None = None) -> tuple[Tensor, Tensor]:
+def _loss_unit(policy: nn.Module, config: PPOConfig, autocast: tuple[str, torch.dtype | None], loss_fn: LossFn,
+               flat: FlatBatch, idx: Tensor, scale: MinibatchScale | None = None) -> tuple[Tensor, Tensor]:
     """``(loss, stats [len(LOSS_STATS)])`` of the minibatch ``idx`` (``[M]`` int64 slot indices) of ``flat``, or,
     with ``scale``, of one micro-batch of the minibatch whose scale it is. ``autocast``: ``(device type, dtype)``
     of mixed precision (:mod:`rl_gpu.algos.precision`; dtype None: fp32)."""
     mb = {k: (_rows(v, idx) if v is not None else None) for k, v in flat._asdict().items()}
     if autocast[1] is None:
-        loss, stats = ppo_loss(policy, mb, config, scale)
+        loss, stats = loss_fn(policy, mb, config, scale)
     else:
         with torch.autocast(autocast[0], dtype=autocast[1]):
-            loss, stats = ppo_loss(policy, mb, config, scale)
+            loss, stats = loss_fn(policy, mb, config, scale)
         loss, stats = loss.float(), {k: v.float() for k, v in stats.items()}
     # Detached: metrics summed over the update must not keep each minibatch's autograd graph alive.
     return loss, torch.stack([stats[k].detach() for k in LOSS_STATS])
@@ -120,7 +125,7 @@ class UpdateUnits:
     """
 
     def __init__(self, policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOConfig,
-                 mode: str = "off", precision: str = "fp32") -> None:
+                 mode: str = "off", precision: str = "fp32", loss_fn: LossFn = ppo_loss) -> None:
         self.value_norm: ValueNormalizer | None = None
         """Set by an algorithm whose critic learns normalised value targets (MAPPO): the rollout's values are
         read through it, and the targets normalised by it (:func:`run_update`)."""
@@ -135,7 +140,8 @@ class UpdateUnits:
         self.precision = precision
         self.scaler = LossScaler(device) if precision == "fp16" else None
         """fp16's loss scaler (:mod:`rl_gpu.algos.precision`), None otherwise."""
-        self.loss = compile_unit(partial(_loss_unit, policy, config, (device.type, autocast_dtype(precision))), mode)
+        self.loss = compile_unit(partial(_loss_unit, policy, config, (device.type, autocast_dtype(precision)),
+                                         loss_fn), mode)
         self.scale = compile_unit(partial(_scale_unit, config), mode)
         self.sequence_loss = partial(sequence_loss, policy, config)  # eager: recurrent PPO is not compiled yet
         self.params = [p for p in policy.parameters() if p.requires_grad]

@@ -1,0 +1,99 @@
+"""Learning while collecting (rl_gpu.algos.ppo.asynchronous): the same random streams as the synchronous loop
+(with a learning rate of 0 both loops give the same rollouts bit for bit), rollouts acted by the previous policy
+version and logged as lag 1, V-trace ratios measured for that lag, exact resume with the rollout in flight saved,
+refusals."""
+
+import copy
+
+import pytest
+import torch
+
+from rl_gpu import make
+from rl_gpu.algos.ppo.algorithm import PPO
+from rl_gpu.algos.ppo.config import PPOConfig
+from rl_gpu.algos.vtrace.algorithm import APPO
+from rl_gpu.algos.vtrace.config import APPOConfig
+from rl_gpu.nn.actor_critic import policy_for_env
+
+FIELDS = ("obs", "action", "log_prob", "value", "reward", "terminated", "truncated", "final_value")
+
+
+def _pair(lr, cls=PPO, config=None, env_id="CartPole-v1", normalize_obs=False):
+    torch.manual_seed(0)
+    envs = [make(env_id, num_envs=8, seed=2, max_episode_steps=20) for _ in range(2)]
+    policy = policy_for_env(envs[0].spec, hidden_sizes=(16,), normalize_obs=normalize_obs)
+    config = config or PPOConfig(update_epochs=2, num_minibatches=2)
+    sync = cls(copy.deepcopy(policy), config, lr, seed=5, env=envs[0], num_steps=12)
+    asyn = cls(copy.deepcopy(policy), config, lr, seed=5, env=envs[1], num_steps=12, async_collect=True)
+    return sync, asyn
+
+
+@pytest.mark.parametrize("normalize_obs", [False, True])
+def test_with_a_frozen_policy_the_loops_collect_the_same_rollouts(normalize_obs):
+    # With observation statistics, the collecting copy normalises with the statistics the learner will have when
+    # it learns from the rollout: as the synchronous loop's, step for step.
+    sync, asyn = _pair(lr=0.0, normalize_obs=normalize_obs)
+    for _ in range(4):
+        a, b = sync.iterate(), asyn.iterate()
+        for name in FIELDS:
+            assert torch.equal(getattr(sync.last_rollout, name), getattr(asyn.last_rollout, name)), name
+        assert torch.equal(a.collected.episode_return, b.collected.episode_return)
+
+
+def test_rollouts_are_acted_by_the_previous_version_and_the_lag_is_logged():
+    _, asyn = _pair(lr=1e-2)
+    lags, snapshots = [], []
+    for _ in range(3):
+        snapshots.append(copy.deepcopy(asyn.policy))
+        lags.append(float(asyn.iterate().learner["policy_lag"]))
+    assert lags == [0.0, 1.0, 1.0] and asyn.version == 3
+    r = asyn.last_rollout  # the third rollout: acted by the policy as it was before the second update
+    for version, expect in ((1, True), (2, False)):
+        log_prob, _, _ = snapshots[version].evaluate(r.obs.flatten(0, 1), r.action.flatten(0, 1),
+                                                     r.action_mask.flatten(0, 1))
+        assert torch.allclose(log_prob.view_as(r.log_prob), r.log_prob, atol=1e-6) is expect
+
+
+def test_appo_measures_the_ratios_of_a_stale_rollout():
+    _, appo = _pair(lr=1e-2, cls=APPO, config=APPOConfig(update_epochs=2, num_minibatches=2))
+    appo.iterate()
+    assert appo.policy_lag == 0
+    appo.iterate()
+    rollout, _ = appo._async.next
+    appo.policy_lag = 1
+    log_rho, value = appo.behaviour_gap(rollout)
+    assert log_rho.abs().max() > 0 and not torch.equal(value, rollout.value)
+    appo.policy_lag = 0
+    log_rho, value = appo.behaviour_gap(rollout)
+    assert not log_rho.any() and value is rollout.value
+
+
+def test_resume_continues_exactly():
+    _, straight = _pair(lr=1e-2)
+    _, first = _pair(lr=1e-2)
+    for _ in range(2):
+        straight.iterate()
+        first.iterate()
+    saved, env_state = first.state_dict(), first.env.state_dict()
+    _, resumed = _pair(lr=1e-2)
+    resumed.load_state_dict(saved)
+    resumed.env.load_state_dict(env_state)
+    for _ in range(2):
+        a, b = straight.iterate(), resumed.iterate()
+        assert torch.equal(a.learner["loss"], b.learner["loss"])
+    for p, q in zip(straight.policy.parameters(), resumed.policy.parameters()):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--algo", "sac", "--env", "Pendulum-v1", "--async"], "--async-collect does not apply to --algo sac"),
+    (["--env", "LeducHoldem-v0", "--async"], "single-player tasks"),
+    (["--async", "--memory", "gru"], "--async-collect with --parallel, --self-play or --memory"),
+    (["--async", "--compile", "cudagraphs"], None),
+])
+def test_what_cannot_learn_while_collecting_is_refused(argv, says, call_main, tmp_path):
+    from rl_gpu.cli.train import main as train_main
+
+    code, out, err = call_main(train_main, *argv, "--output", tmp_path / "run")
+    assert code == 2 and "\n" not in err.strip() and not (tmp_path / "run").exists(), err
+    assert says is None or says in err, err
