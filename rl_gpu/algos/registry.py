@@ -80,7 +80,8 @@ class AlgorithmSpec:
     """``(field, switch)`` pairs of its own section: ``field`` does something only with the boolean ``switch`` on,
     so giving it with the switch off is refused (``rl-gpu train`` checks every flag it is given)."""
     ignores: tuple[str, ...] = ()
-    """Training settings it does not use (refused when given, rather than silently ignored)."""
+    """Settings it does not use, training ones or fields its section inherits (IMPALA's ``clip_coef``), refused
+    when given rather than silently ignored."""
     asynchronous: bool = False
     """Learns while collecting (``--async-collect``; :mod:`rl_gpu.algos.ppo.asynchronous`)."""
     preset_of: str | None = None
@@ -255,17 +256,6 @@ register_algorithm(AlgorithmSpec(
     policies=True, lr_schedules=LR_SCHEDULES, precisions=PRECISIONS, flag_needs=(("norm_reward_clip", "norm_reward"),),
     asynchronous=True))
 register_algorithm(AlgorithmSpec(
-    name="appo", config="rl_gpu.algos.vtrace.config:APPOConfig", factory="rl_gpu.algos.vtrace.algorithm:APPO",
-    summary="PPO's clipped objective on V-trace advantages and targets (single-agent tasks)",
-    compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, preset_of="ppo", asynchronous=True,
-    flag_needs=(("norm_reward_clip", "norm_reward"),)))
-register_algorithm(AlgorithmSpec(
-    name="impala", config="rl_gpu.algos.vtrace.config:IMPALAConfig", factory="rl_gpu.algos.vtrace.algorithm:IMPALA",
-    summary="IMPALA's V-trace actor-critic (single-agent tasks)", compile_modes=("off", "inductor"),
-    lr_schedules=LR_SCHEDULES, preset_of="ppo", preset_section=("gamma", "ent_coef", "vf_coef", "reward_scale"),
-    asynchronous=True,
-    ignores=("clip_coef", "clip_vloss"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
-register_algorithm(AlgorithmSpec(
     name="sac", config="rl_gpu.algos.sac.config:SACConfig", factory="rl_gpu.algos.sac.algorithm:SAC",
     summary="soft actor-critic (off-policy; continuous actions)", default_num_steps=1,
     lr_schedules=PROGRESS_SCHEDULES,
@@ -290,3 +280,14 @@ register_algorithm(AlgorithmSpec(
     summary="independent PPO, each agent's critic on its own observation (worlds of several agents)",
     agents=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, precisions=PRECISIONS,
     flag_needs=(("norm_reward_clip", "norm_reward"),)))
+register_algorithm(AlgorithmSpec(
+    name="appo", config="rl_gpu.algos.vtrace.config:APPOConfig", factory="rl_gpu.algos.vtrace.algorithm:APPO",
+    summary="PPO's clipped objective on V-trace advantages and targets (single-agent tasks)",
+    compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, preset_of="ppo", asynchronous=True,
+    flag_needs=(("norm_reward_clip", "norm_reward"),)))
+register_algorithm(AlgorithmSpec(
+    name="impala", config="rl_gpu.algos.vtrace.config:IMPALAConfig", factory="rl_gpu.algos.vtrace.algorithm:IMPALA",
+    summary="IMPALA's V-trace actor-critic (single-agent tasks)", compile_modes=("off", "inductor"),
+    lr_schedules=LR_SCHEDULES, preset_of="ppo", preset_section=("gamma", "ent_coef", "vf_coef", "reward_scale"),
+    asynchronous=True,
+    ignores=("clip_coef", "clip_vloss"), flag_needs=(("norm_reward_clip", "norm_reward"),)))
