@@ -1,4 +1,4 @@
-"""MinAtar's Breakout and Space Invaders as tensor environments: every transition equals ``minatar``'s own game fed
+"""MinAtar's Breakout, Space Invaders and Freeway as tensor environments: every transition equals ``minatar``'s own game fed
 the same state and the same sticky-action draws (from resets, and from injected states chosen to reach what random
 play rarely does: cleared walls, cleared waves, difficulty ramps), and the generic contract checks."""
 
@@ -10,19 +10,20 @@ pytest.importorskip("minatar")
 
 from rl_gpu import make  # noqa: E402
 from rl_gpu.envs.minatar.breakout import BreakoutEnv  # noqa: E402
+from rl_gpu.envs.minatar.freeway import FreewayEnv  # noqa: E402
 from rl_gpu.envs.minatar.space_invaders import SpaceInvadersEnv  # noqa: E402
 from rl_gpu.envs.testing import check_env, check_reference_parity, stack_rows  # noqa: E402
 from rl_gpu.envs.testing.minatar_reference import reference_for  # noqa: E402
 
-GAMES = [BreakoutEnv, SpaceInvadersEnv]
+GAMES = [BreakoutEnv, SpaceInvadersEnv, FreewayEnv]
 
 
-@pytest.mark.parametrize("cls, params", [(BreakoutEnv, {}), (SpaceInvadersEnv, {}),
+@pytest.mark.parametrize("cls, params", [(BreakoutEnv, {}), (SpaceInvadersEnv, {}), (FreewayEnv, {}),
                                          (SpaceInvadersEnv, {"sticky_action_prob": 0.5, "difficulty_ramping": False})])
 def test_every_transition_from_resets_equals_minatars(cls, params):
     env = cls(32, seed=1, **params)
     report = check_reference_parity(env, *reference_for(env), num_steps=160)
-    assert report.episodes > 10
+    assert report.episodes > 10 or cls is FreewayEnv  # a game of Freeway lasts 2,500 steps (injected below)
 
 
 def _grid(rng: np.random.Generator, count: int, rows: tuple[int, int]) -> np.ndarray:
@@ -68,7 +69,27 @@ def _invaders_states(n: int, seed: int) -> list[dict]:
     return states
 
 
-@pytest.mark.parametrize("cls, states", [(BreakoutEnv, _breakout_states), (SpaceInvadersEnv, _invaders_states)])
+def _freeway_states(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    states = []
+    for i in range(n):
+        speed = rng.integers(1, 6, 8) * rng.choice([-1, 1], 8)
+        states.append(dict(pos=int(rng.integers(1, 10)), move_timer=int(rng.integers(4)),
+                           terminate_timer=int(rng.integers(0, 2501)), car_x=rng.integers(0, 10, 8),
+                           car_timer=np.array([rng.integers(abs(v) + 1) for v in speed]), car_speed=speed,
+                           last_action=int(rng.choice([0, 2, 4])), key=int(rng.integers(2**32)),
+                           t=int(rng.integers(500))))
+    # Crafted: one step from the top (it scores, and the speeds are redrawn); a car about to drive onto the
+    # chicken (sent back to the bottom); the last step of a game.
+    states[0].update(pos=1, move_timer=0)
+    states[1].update(pos=3, car_x=np.array([0, 0, 3, 0, 0, 0, 0, 0]), car_timer=np.zeros(8, dtype=int),
+                     car_speed=np.array([1, 1, 1, 1, 1, 1, 1, 1]), move_timer=2)
+    states[2].update(terminate_timer=0)
+    return states
+
+
+@pytest.mark.parametrize("cls, states", [(BreakoutEnv, _breakout_states), (SpaceInvadersEnv, _invaders_states),
+                                         (FreewayEnv, _freeway_states)])
 def test_every_transition_from_injected_states_equals_minatars(cls, states):
     env = cls(64, seed=2, sticky_action_prob=0.25)
     start = states(64, seed=3)
@@ -78,25 +99,31 @@ def test_every_transition_from_injected_states_equals_minatars(cls, states):
     # The crafted rows do what they were made for (the reference agreed above).
     env = cls(64, seed=2, sticky_action_prob=0.0)
     env.set_rows(torch.arange(64), stack_rows(env.state.inner, start))
-    step = env.step(torch.zeros(64, dtype=torch.long))
+    # Freeway's chicken is told to go up (its minimal action 1); the other games' rows take no-ops.
+    step = env.step(torch.full((64,), int(cls is FreewayEnv), dtype=torch.long))
     inner = env.state.inner
     if cls is BreakoutEnv:
         assert int(inner.bricks[0].sum()) == 30 and not bool(step.terminated[0])   # a new wall
         assert bool(step.terminated[1])                                            # missed
         assert (int(inner.ball_x[2]), int(inner.ball_y[2]), int(inner.ball_dir[2])) == (1, 8, 0)
+    elif cls is FreewayEnv:
+        assert float(step.reward[0]) == 1.0 and int(inner.pos[0]) == 9       # scored, back at the bottom
+        assert int(inner.pos[1]) == 9 and float(step.reward[1]) == 0.0       # run over
+        assert bool(step.terminated[2]) and not bool(step.terminated[3:].any())
     else:
         assert float(step.reward[0]) == 1.0 and int(inner.aliens[0].sum()) == 24
         assert int(inner.move_interval[0]) == 8 and int(inner.ramp_index[0]) == start[0]["ramp_index"] + 1
 
 
-@pytest.mark.parametrize("env_id, cls, channels, actions", [
-    ("MinAtar-Breakout-v1", BreakoutEnv, 4, 3), ("MinAtar-SpaceInvaders-v1", SpaceInvadersEnv, 6, 4)])
-def test_registered_ids_frames_and_the_contract(env_id, cls, channels, actions):
+@pytest.mark.parametrize("env_id, cls, channels, actions, limit", [
+    ("MinAtar-Breakout-v1", BreakoutEnv, 4, 3, 1000), ("MinAtar-SpaceInvaders-v1", SpaceInvadersEnv, 6, 4, 1000),
+    ("MinAtar-Freeway-v1", FreewayEnv, 7, 3, 2501)])
+def test_registered_ids_frames_and_the_contract(env_id, cls, channels, actions, limit):
     env = make(env_id, num_envs=4, seed=0)
     assert isinstance(env, cls) and env.spec.num_actions == actions
     obs = env.observe().obs
     assert obs.dtype == torch.bool and tuple(obs.shape) == (4, 10, 10, channels)
-    assert env.spec.obs_dtypes == {"policy": "bool"} and env.spec.max_episode_steps == 1000
+    assert env.spec.obs_dtypes == {"policy": "bool"} and env.spec.max_episode_steps == limit
     reports = check_env(cls, num_envs=6, num_steps=80, seed=3)
     assert all(r.transitions > 0 for r in reports.values())
 

@@ -29,7 +29,7 @@ from rl_gpu.envs.random_draws import hash_uniform
 logging.getLogger().setLevel(logging.ERROR)  # minatar warns at import when seaborn (rendering only) is missing
 from minatar import Environment  # noqa: E402
 
-GAMES = {"BreakoutEnv": "breakout", "SpaceInvadersEnv": "space_invaders"}
+GAMES = {"BreakoutEnv": "breakout", "SpaceInvadersEnv": "space_invaders", "FreewayEnv": "freeway"}
 """Our class name -> minatar's game module."""
 
 # Our inner-state field -> the minatar game attribute that holds it (grids are float arrays there).
@@ -40,7 +40,10 @@ FIELDS = {
                        "aliens": "alien_map", "alien_dir": "alien_dir", "move_interval": "enemy_move_interval",
                        "move_timer": "alien_move_timer", "shot_timer": "alien_shot_timer",
                        "ramp_index": "ramp_index", "cool_down": "shot_timer"},
+    "freeway": {"pos": "pos", "move_timer": "move_timer", "terminate_timer": "terminate_timer"},
 }
+CARS = ("car_x", "car_timer", "car_speed")
+"""Freeway's cars: ours as three ``[8]`` arrays, minatar's as a list of ``[x, row, timer, speed]``."""
 
 
 class _Draws:
@@ -51,6 +54,24 @@ class _Draws:
 
     def rand(self) -> float:
         return self.u
+
+
+class _GameDraws:
+    """Stands in for a game's own ``numpy`` generator for one step: Freeway's ``randint(1, 6, 8)`` speeds and
+    ``rand(8)`` directions are our :data:`~rl_gpu.envs.minatar.freeway.CAR_STREAM` draws of that step."""
+
+    def __init__(self, key: int, t: int) -> None:
+        from rl_gpu.envs.minatar.freeway import CAR_STREAM
+
+        u = hash_uniform(torch.tensor([key]), torch.tensor([t]), CAR_STREAM, 16)[0]
+        self.speeds = (1 + (u[:8] * 5).floor().long().clamp(max=4)).numpy()
+        self.directions = u[8:].numpy()
+
+    def randint(self, low: int, high: int, size: int) -> np.ndarray:
+        return self.speeds.copy()
+
+    def rand(self, size: int) -> np.ndarray:
+        return self.directions.copy()
 
 
 class MinAtarReference:
@@ -70,6 +91,9 @@ class MinAtarReference:
         for ours, theirs in FIELDS[self.game].items():
             value = state[ours]
             setattr(g, theirs, value.astype(float) if isinstance(value, np.ndarray) else value)
+        if self.game == "freeway":
+            g.cars = [[int(state["car_x"][i]), i + 1, int(state["car_timer"][i]), int(state["car_speed"][i])]
+                      for i in range(8)]
         g.terminal = False
         self.env.last_action = state["last_action"]
         self.key, self.t = state["key"], state["t"]
@@ -78,6 +102,8 @@ class MinAtarReference:
         g = self.env.env
         state = {ours: getattr(g, theirs) for ours, theirs in FIELDS[self.game].items()}
         state = {k: v.astype(bool) if isinstance(v, np.ndarray) else v for k, v in state.items()}
+        if self.game == "freeway":
+            state.update({name: np.array([car[i] for car in g.cars]) for name, i in zip(CARS, (0, 2, 3))})
         return {**state, "last_action": self.env.last_action, "key": self.key, "t": self.t}
 
     def _draw(self) -> float:
@@ -91,6 +117,7 @@ class MinAtarReference:
 
     def step(self, action: int) -> tuple[float, bool]:
         self.env.random = _Draws(self._draw())
+        self.env.env.random = _GameDraws(self.key, self.t)
         reward, terminal = self.env.act(ACTIONS.index(self.minimal_actions[action]))
         self.t += 1
         return float(reward), bool(terminal)
