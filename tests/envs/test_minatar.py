@@ -1,4 +1,4 @@
-"""MinAtar's Breakout, Space Invaders and Freeway as tensor environments: every transition equals ``minatar``'s own game fed
+"""MinAtar's Breakout, Space Invaders, Freeway and Asterix as tensor environments: every transition equals ``minatar``'s own game fed
 the same state and the same sticky-action draws (from resets, and from injected states chosen to reach what random
 play rarely does: cleared walls, cleared waves, difficulty ramps), and the generic contract checks."""
 
@@ -9,16 +9,17 @@ import torch
 pytest.importorskip("minatar")
 
 from rl_gpu import make  # noqa: E402
+from rl_gpu.envs.minatar.asterix import AsterixEnv  # noqa: E402
 from rl_gpu.envs.minatar.breakout import BreakoutEnv  # noqa: E402
 from rl_gpu.envs.minatar.freeway import FreewayEnv  # noqa: E402
 from rl_gpu.envs.minatar.space_invaders import SpaceInvadersEnv  # noqa: E402
 from rl_gpu.envs.testing import check_env, check_reference_parity, stack_rows  # noqa: E402
 from rl_gpu.envs.testing.minatar_reference import reference_for  # noqa: E402
 
-GAMES = [BreakoutEnv, SpaceInvadersEnv, FreewayEnv]
+GAMES = [BreakoutEnv, SpaceInvadersEnv, FreewayEnv, AsterixEnv]
 
 
-@pytest.mark.parametrize("cls, params", [(BreakoutEnv, {}), (SpaceInvadersEnv, {}), (FreewayEnv, {}),
+@pytest.mark.parametrize("cls, params", [(BreakoutEnv, {}), (SpaceInvadersEnv, {}), (FreewayEnv, {}), (AsterixEnv, {}),
                                          (SpaceInvadersEnv, {"sticky_action_prob": 0.5, "difficulty_ramping": False})])
 def test_every_transition_from_resets_equals_minatars(cls, params):
     env = cls(32, seed=1, **params)
@@ -88,8 +89,33 @@ def _freeway_states(n: int, seed: int) -> list[dict]:
     return states
 
 
+def _asterix_states(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    states = []
+    for i in range(n):
+        alive = rng.random(8) < (0.5 if i % 2 else 1.0)  # every other row: all lanes taken, no spawn possible
+        spawn_speed, move_speed = int(rng.integers(1, 11)), int(rng.integers(1, 6))
+        states.append(dict(player_x=int(rng.integers(10)), player_y=int(rng.integers(1, 9)), alive=alive,
+                           thing_x=np.where(alive, rng.integers(0, 10, 8), 0),
+                           rightward=alive & (rng.random(8) < 0.5), gold=alive & (rng.random(8) < 0.4),
+                           spawn_speed=spawn_speed, spawn_timer=int(rng.integers(spawn_speed + 1)),
+                           move_speed=move_speed, move_timer=int(rng.integers(move_speed + 1)),
+                           ramp_timer=int(rng.integers(-1, 101)), ramp_index=int(rng.integers(10)),
+                           last_action=int(rng.integers(5)), key=int(rng.integers(2**32)), t=int(rng.integers(500))))
+    # Crafted: treasure driving onto the standing player (+1); an enemy on the player's cell (the end); a ramp
+    # step due (both speeds drop: the ramp index is odd).
+    lane = np.zeros(8, dtype=bool)
+    lane[2] = True
+    states[0].update(player_x=4, player_y=3, alive=lane, thing_x=np.where(lane, 3, 0), rightward=lane.copy(),
+                     gold=lane.copy(), move_timer=0, spawn_timer=3)
+    states[1].update(player_x=6, player_y=3, alive=lane, thing_x=np.where(lane, 6, 0), rightward=lane.copy(),
+                     gold=np.zeros(8, dtype=bool), move_timer=2, spawn_timer=3)
+    states[2].update(ramp_timer=-1, ramp_index=3, spawn_speed=7, move_speed=4)
+    return states
+
+
 @pytest.mark.parametrize("cls, states", [(BreakoutEnv, _breakout_states), (SpaceInvadersEnv, _invaders_states),
-                                         (FreewayEnv, _freeway_states)])
+                                         (FreewayEnv, _freeway_states), (AsterixEnv, _asterix_states)])
 def test_every_transition_from_injected_states_equals_minatars(cls, states):
     env = cls(64, seed=2, sticky_action_prob=0.25)
     start = states(64, seed=3)
@@ -106,6 +132,10 @@ def test_every_transition_from_injected_states_equals_minatars(cls, states):
         assert int(inner.bricks[0].sum()) == 30 and not bool(step.terminated[0])   # a new wall
         assert bool(step.terminated[1])                                            # missed
         assert (int(inner.ball_x[2]), int(inner.ball_y[2]), int(inner.ball_dir[2])) == (1, 8, 0)
+    elif cls is AsterixEnv:
+        assert float(step.reward[0]) == 1.0 and not bool(inner.alive[0].any())   # the treasure was taken
+        assert bool(step.terminated[1])                                            # caught by the enemy
+        assert (int(inner.spawn_speed[2]), int(inner.move_speed[2]), int(inner.ramp_index[2])) == (6, 3, 4)
     elif cls is FreewayEnv:
         assert float(step.reward[0]) == 1.0 and int(inner.pos[0]) == 9       # scored, back at the bottom
         assert int(inner.pos[1]) == 9 and float(step.reward[1]) == 0.0       # run over
@@ -117,7 +147,7 @@ def test_every_transition_from_injected_states_equals_minatars(cls, states):
 
 @pytest.mark.parametrize("env_id, cls, channels, actions, limit", [
     ("MinAtar-Breakout-v1", BreakoutEnv, 4, 3, 1000), ("MinAtar-SpaceInvaders-v1", SpaceInvadersEnv, 6, 4, 1000),
-    ("MinAtar-Freeway-v1", FreewayEnv, 7, 3, 2501)])
+    ("MinAtar-Freeway-v1", FreewayEnv, 7, 3, 2501), ("MinAtar-Asterix-v1", AsterixEnv, 4, 5, 1000)])
 def test_registered_ids_frames_and_the_contract(env_id, cls, channels, actions, limit):
     env = make(env_id, num_envs=4, seed=0)
     assert isinstance(env, cls) and env.spec.num_actions == actions

@@ -10,7 +10,7 @@ from rl_gpu.training.runner import resume, train
 from test_reliability import QUIET, _config, assert_same_run  # noqa: I001 (a sibling)
 
 
-@pytest.mark.parametrize("algo", ["ppo", "appo"])
+@pytest.mark.parametrize("algo", ["appo"])  # PPO's own async resume: tests/algos/test_async_collect.py
 def test_an_async_run_resumes_exactly(algo, tmp_path):
     def config(out):
         base = _config("CartPole-v1", out, max_updates=5, min_updates=5, async_collect=True)

@@ -29,7 +29,8 @@ from rl_gpu.envs.random_draws import hash_uniform
 logging.getLogger().setLevel(logging.ERROR)  # minatar warns at import when seaborn (rendering only) is missing
 from minatar import Environment  # noqa: E402
 
-GAMES = {"BreakoutEnv": "breakout", "SpaceInvadersEnv": "space_invaders", "FreewayEnv": "freeway"}
+GAMES = {"BreakoutEnv": "breakout", "SpaceInvadersEnv": "space_invaders", "FreewayEnv": "freeway",
+         "AsterixEnv": "asterix"}
 """Our class name -> minatar's game module."""
 
 # Our inner-state field -> the minatar game attribute that holds it (grids are float arrays there).
@@ -41,7 +42,12 @@ FIELDS = {
                        "move_timer": "alien_move_timer", "shot_timer": "alien_shot_timer",
                        "ramp_index": "ramp_index", "cool_down": "shot_timer"},
     "freeway": {"pos": "pos", "move_timer": "move_timer", "terminate_timer": "terminate_timer"},
+    "asterix": {"player_x": "player_x", "player_y": "player_y", "spawn_speed": "spawn_speed",
+                "spawn_timer": "spawn_timer", "move_speed": "move_speed", "move_timer": "move_timer",
+                "ramp_timer": "ramp_timer", "ramp_index": "ramp_index"},
 }
+THINGS = ("alive", "thing_x", "rightward", "gold")
+"""Asterix's lanes: ours as four ``[8]`` arrays, minatar's as a list of ``None`` or ``[x, row, rightward, gold]``."""
 CARS = ("car_x", "car_timer", "car_speed")
 """Freeway's cars: ours as three ``[8]`` arrays, minatar's as a list of ``[x, row, timer, speed]``."""
 
@@ -57,21 +63,28 @@ class _Draws:
 
 
 class _GameDraws:
-    """Stands in for a game's own ``numpy`` generator for one step: Freeway's ``randint(1, 6, 8)`` speeds and
-    ``rand(8)`` directions are our :data:`~rl_gpu.envs.minatar.freeway.CAR_STREAM` draws of that step."""
+    """Stands in for a game's own ``numpy`` generator for one step, giving it our draws of that step: Freeway's
+    ``randint(1, 6, 8)`` speeds and ``rand(8)`` directions (its car stream), Asterix's two ``rand()`` (side,
+    treasure) and ``randint(free lanes)`` (its spawn stream)."""
 
-    def __init__(self, key: int, t: int) -> None:
+    def __init__(self, game: str, key: int, t: int) -> None:
+        from rl_gpu.envs.minatar.asterix import SPAWN_STREAM
         from rl_gpu.envs.minatar.freeway import CAR_STREAM
 
-        u = hash_uniform(torch.tensor([key]), torch.tensor([t]), CAR_STREAM, 16)[0]
-        self.speeds = (1 + (u[:8] * 5).floor().long().clamp(max=4)).numpy()
-        self.directions = u[8:].numpy()
+        stream, size = {"freeway": (CAR_STREAM, 16), "asterix": (SPAWN_STREAM, 3)}.get(game, (1, 1))
+        self.u = hash_uniform(torch.tensor([key]), torch.tensor([t]), stream, size)[0].numpy()
+        self.game, self.calls = game, 0
 
-    def randint(self, low: int, high: int, size: int) -> np.ndarray:
-        return self.speeds.copy()
+    def randint(self, low: int, high: int | None = None, size: int | None = None) -> Any:
+        if self.game == "freeway":
+            return 1 + np.minimum(np.floor(self.u[:8] * 5), 4).astype(int)
+        return int(np.floor(self.u[2] * low))
 
-    def rand(self, size: int) -> np.ndarray:
-        return self.directions.copy()
+    def rand(self, size: int | None = None) -> Any:
+        if size is not None:
+            return self.u[8:].copy()
+        self.calls += 1
+        return float(self.u[self.calls - 1])
 
 
 class MinAtarReference:
@@ -94,6 +107,9 @@ class MinAtarReference:
         if self.game == "freeway":
             g.cars = [[int(state["car_x"][i]), i + 1, int(state["car_timer"][i]), int(state["car_speed"][i])]
                       for i in range(8)]
+        if self.game == "asterix":
+            g.entities = [[int(state["thing_x"][i]), i + 1, bool(state["rightward"][i]), bool(state["gold"][i])]
+                          if state["alive"][i] else None for i in range(8)]
         g.terminal = False
         self.env.last_action = state["last_action"]
         self.key, self.t = state["key"], state["t"]
@@ -104,6 +120,9 @@ class MinAtarReference:
         state = {k: v.astype(bool) if isinstance(v, np.ndarray) else v for k, v in state.items()}
         if self.game == "freeway":
             state.update({name: np.array([car[i] for car in g.cars]) for name, i in zip(CARS, (0, 2, 3))})
+        if self.game == "asterix":
+            things = [(True, e[0], e[2], e[3]) if e is not None else (False, 0, False, False) for e in g.entities]
+            state.update({name: np.array([thing[i] for thing in things]) for i, name in enumerate(THINGS)})
         return {**state, "last_action": self.env.last_action, "key": self.key, "t": self.t}
 
     def _draw(self) -> float:
@@ -117,7 +136,7 @@ class MinAtarReference:
 
     def step(self, action: int) -> tuple[float, bool]:
         self.env.random = _Draws(self._draw())
-        self.env.env.random = _GameDraws(self.key, self.t)
+        self.env.env.random = _GameDraws(self.game, self.key, self.t)
         reward, terminal = self.env.act(ACTIONS.index(self.minimal_actions[action]))
         self.t += 1
         return float(reward), bool(terminal)
