@@ -133,7 +133,7 @@ PRESETS: dict[str, dict] = {
                 "reward_scale": 0.1},
     },
     **{env_id: {**_LOCOMOTION, **extra} for env_id, extra in _LOCOMOTION_TASKS.items()},
-    **{env_id: _MINATAR for env_id in ("MinAtar-Breakout-v1", "MinAtar-SpaceInvaders-v1")},
+    **{env_id: _MINATAR for env_id in ("MinAtar-Breakout-v1", "MinAtar-SpaceInvaders-v1", "MinAtar-Asterix-v1")},
     # A game of Freeway lasts 2,500 steps: fewer evaluation episodes for the same cost.
     "MinAtar-Freeway-v1": {**_MINATAR, "eval_episodes": 8, "final_eval_episodes": 64},
 }
