@@ -49,7 +49,7 @@ stage train_cudagraphs 60 "$PY" -m rl_gpu train --env CartPole-v1 --device cuda 
     --final-eval-episodes 64 --seeds 1 --output "$OUT/train" --overwrite
 # Learning while collecting on the GPU: APPO with --async (V-trace on a one-version-old rollout), eager.
 stage train_appo_async 60 "$PY" -m rl_gpu train --env CartPole-v1 --algo appo --async --device cuda \
-    --num-envs 4096 --num-steps 16 --max-updates 8 --min-updates 8 --eval-every 4 --eval-episodes 64 \
+    --num-envs 4096 --num-steps 16 --total-timesteps 524288 --eval-every 4 --eval-episodes 64 \
     --final-eval-episodes 64 --seeds 1 --output "$OUT/train_appo" --overwrite
 stage bench_cartpole 150 "$PY" -m rl_gpu bench --env CartPole-v1 --device cuda --num-envs 4096 65536 \
     --compile off inductor cudagraphs --repeats 5 --output "$OUT/bench_cartpole.json"
