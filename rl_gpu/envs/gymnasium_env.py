@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.core.errors import UsageError
+from rl_gpu.envs.params import split_id_parameters
 from rl_gpu.core.types import EnvSpec, StepResult
 from rl_gpu.envs.base import check_action_format
 from rl_gpu.envs.dependency_warnings import warnings_once
@@ -85,7 +86,9 @@ class GymnasiumEnv:
         seed: seeds the first reset (sub-environment ``i`` gets ``seed + i``, as Gymnasium does).
         max_episode_steps: replaces the id's time limit (an id only).
         vectorization_mode: ``"sync"`` (default: on a few cores the sub-process round trips of ``"async"``
-            cost more than they save for cheap environments) or ``"async"``.
+            cost more than they save for cheap environments) or ``"async"`` (Gymnasium's worker processes, one per
+            sub-environment, observations in shared memory). An id may carry it and the constructor's keyword
+            arguments after ``?``: ``"HalfCheetah-v5?vectorization_mode=async&ctrl_cost_weight=0.2"``.
         clip_actions: clip continuous actions to the action space's bounds before stepping, as Gymnasium's
             ``ClipAction`` does (the rl_gpu contract: environments accept out-of-bounds actions).
         validate_actions: check action ranges (and NaN) on the host copy of the actions.
@@ -109,6 +112,13 @@ class GymnasiumEnv:
     ) -> None:
         _require_gymnasium()
         if isinstance(env, str):
+            label = env
+            if "?" in env:
+                # Settings written in the id (gym:HalfCheetah-v5?vectorization_mode=async&ctrl_cost_weight=0.2), so a
+                # checkpoint's id rebuilds the same batch; keyword arguments given as well take precedence.
+                env, written = split_id_parameters("gym:", env)
+                vectorization_mode = written.pop("vectorization_mode", vectorization_mode)
+                env_kwargs = {**written, **env_kwargs}
             if num_envs is None:
                 num_envs = 1
             if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
@@ -131,8 +141,8 @@ class GymnasiumEnv:
                 raise UsageError(f"gym:{env}: Gymnasium cannot make it: {' '.join(str(e).split())} (gym:<id> "
                                  "takes any id registered with Gymnasium whose dependencies are installed; "
                                  "gymnasium.pprint_registry() lists them)") from None
-            self.env_id = env
-            self._owns_vec, self._label = True, f"gym:{env}"
+            self.env_id = label
+            self._owns_vec, self._label = True, f"gym:{label}"
         elif isinstance(env, VectorEnv):
             if env_kwargs or max_episode_steps is not None:
                 raise ValueError(

@@ -92,7 +92,8 @@ def module_to_import(env_id: object) -> str | None:
     if prefixed is not None and prefixed[0] == PREFIXES["pettingzoo:"]:
         module = prefixed[1].partition("?")[0]
     elif prefixed is not None:
-        module = prefixed[1].split(":", 1)[0] if ":" in prefixed[1] else None
+        name = prefixed[1].partition("?")[0]
+        module = name.split(":", 1)[0] if ":" in name else None
     elif is_entry_point(env_id):
         module = env_id.split(":", 1)[0]
     else:

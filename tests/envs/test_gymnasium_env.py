@@ -371,3 +371,24 @@ def test_mujoco_prints_nothing_and_warns_once(monkeypatch, recwarn, capfd):
     import mujoco
 
     assert mujoco.get_mju_user_warning() is None  # the hook is gone after each call
+
+
+def test_an_id_carries_the_vectorisation_and_the_constructor_arguments():
+    import torch
+
+    from rl_gpu import make
+
+    workers = make("gym:Pendulum-v1?vectorization_mode=async&g=9.0", num_envs=2, seed=3)
+    inline = make("gym:Pendulum-v1", num_envs=2, seed=3, g=9.0)
+    other = make("gym:Pendulum-v1", num_envs=2, seed=3, g=2.0)
+    try:
+        assert type(workers.vec).__name__ == "AsyncVectorEnv" and "vectorization_mode" in workers.env_id
+        action = torch.ones(2, 1)
+        for _ in range(3):
+            a, b, c = workers.step(action), inline.step(action), other.step(action)
+        assert torch.allclose(a.obs, b.obs) and not torch.allclose(a.obs, c.obs)
+    finally:
+        for env in (workers, inline, other):
+            env.close()
+    with pytest.raises(ValueError, match="vectorization_mode must be one of"):
+        make("gym:Pendulum-v1?vectorization_mode=threads", num_envs=1)
