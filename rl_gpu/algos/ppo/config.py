@@ -63,7 +63,8 @@ class PPOConfig:
     def __post_init__(self) -> None:
         # Types first (ints not bools, floats finite: nan and inf are refused), so the ranges below compare
         # numbers.
-        check_fields(self, label=lambda name: f"PPO hyper-parameter {name}")
+        algo = type(self).__name__.removesuffix("Config")  # PPO, APPO, IMPALA, MAPPO
+        check_fields(self, label=lambda name: f"{algo} hyper-parameter {name}")
         checks = {
             "gamma": 0.0 <= self.gamma <= 1.0,
             "gae_lambda": 0.0 <= self.gae_lambda <= 1.0,
@@ -82,6 +83,6 @@ class PPOConfig:
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
-            raise ValueError(f"invalid PPO hyper-parameters: {values} (gamma and gae_lambda in [0, 1], "
+            raise ValueError(f"invalid {algo} hyper-parameters: {values} (gamma and gae_lambda in [0, 1], "
                              "epochs/minibatches/micro_batch_size >= 1, clip_coef/max_grad_norm/target_kl > 0, "
                              "norm_reward_clip > 0, coefficients >= 0, every number finite)")

@@ -24,7 +24,8 @@ class APPOConfig(PPOConfig):
         super().__post_init__()
         for name in ("rho_bar", "c_bar"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"invalid V-trace hyper-parameter: {name}={getattr(self, name)!r} (above 0)")
+                raise ValueError(f"invalid {type(self).__name__.removesuffix('Config')} hyper-parameter: "
+                                 f"{name}={getattr(self, name)!r} (V-trace's truncation levels are above 0)")
 
 
 @dataclass(frozen=True)
