@@ -324,7 +324,8 @@ class PPO(LearningRateSchedule):
         ``cudagraphs`` mode the whole iteration (rollout, GAE, update, normaliser) is one CUDA graph; every random
         number is drawn before it into the graph's static input buffers. Returns its statistics (0-dim tensors on
         the device). ``phase(name)`` times the ``collect`` and ``update`` phases (one ``iterate`` phase
-        when a CUDA graph runs both)."""
+        when a CUDA graph runs both). Built with ``async_collect``, a call without arguments learns while collecting
+        (:mod:`rl_gpu.algos.ppo.asynchronous`); one given an environment or settings collects first, as always."""
         if self._async is not None and env is None and num_steps is None and episodic is None:
             return self._iterate_async(phase)
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
@@ -350,10 +351,7 @@ class PPO(LearningRateSchedule):
                 rollout, metrics, state = self._graph(key, body)(noise, permutations, env.state)
             env.state = state
         self.last_rollout = rollout
-        learner = {name: getattr(metrics, name) for name in UPDATE_METRICS}
-        if self.ent_coef is not None:
-            learner["ent_coef"] = self.ent_coef.clone()
-        return Iteration(collection_metrics(rollout), self.lr.clone(), learner)
+        return Iteration(collection_metrics(rollout), self.lr.clone(), self._learner_metrics(metrics))
 
     def _asynchronous(self, env: VecEnv | None, on: bool) -> AsyncCollection | None:
         if not on:
@@ -380,11 +378,15 @@ class PPO(LearningRateSchedule):
         with phase("collect"):  # what of the collection the update did not hide
             collector.next = (pending.result(), self.version - 1)
         self.last_rollout = rollout
+        learner = self._learner_metrics(metrics)
+        learner["policy_lag"] = torch.tensor(float(self.policy_lag), device=self.device)
+        return Iteration(collection_metrics(rollout), self.lr.clone(), learner)
+
+    def _learner_metrics(self, metrics: UpdateMetrics) -> dict[str, Tensor]:
         learner = {name: getattr(metrics, name) for name in UPDATE_METRICS}
         if self.ent_coef is not None:
             learner["ent_coef"] = self.ent_coef.clone()
-        learner["policy_lag"] = torch.tensor(float(self.policy_lag), device=self.device)
-        return Iteration(collection_metrics(rollout), self.lr.clone(), learner)
+        return learner
 
     @property
     def lr_schedule(self) -> LRSchedule | None:
