@@ -11,7 +11,8 @@ and reads from the run's files:
     OMP_NUM_THREADS=1 python benchmarks/async_collect.py --env HalfCheetah-v5 --steps 200000 --seeds 1 2 3
 
 Settings: ``sync-t1`` (torch on 1 thread), ``sync-t2`` (2 threads: the synchronous loop's other setting on two
-cores), ``async-t1`` (``--async``, 1 torch thread in each of the two threads); ``--algo appo`` or ``impala`` for the V-trace learners.
+cores), ``async-t1`` (``--async``, 1 torch thread in each of the two threads); ``--algo appo`` or ``impala`` for
+the V-trace learners.
 Prints one line per run as it goes, then a table: steps/s per seed and median, the ratio of medians to the best
 synchronous setting, and the mean return with a 95% bootstrap interval over seeds.
 """

@@ -189,8 +189,8 @@ def _scenario(env_id: str) -> str:
 
 
 def has_preset(env_id: str) -> bool:
-    """Whether ``env_id`` (or, for ``gym:X``, ``X``; for ``vmas:X?k=v``, ``vmas:X``; for ``X?obs_mask=...``, ``X``) has defaults of its own in
-    :data:`PRESETS` or :data:`MULTI_AGENT_PRESETS`."""
+    """Whether ``env_id`` (or, for ``gym:X``, ``X``; for ``vmas:X?k=v``, ``vmas:X``; for ``X?obs_mask=...``,
+    ``X``) has defaults of its own in :data:`PRESETS` or :data:`MULTI_AGENT_PRESETS`."""
     base = _scenario(env_id)
     return base in PRESETS or base.removeprefix("gym:") in PRESETS or base in MULTI_AGENT_PRESETS
 
@@ -295,8 +295,9 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
     TD3 take the task keys of the environment's preset (goal, budget, evaluation) under their own settings
     (:data:`OFF_POLICY_PRESETS`), NeuRD its validation sizes under :data:`NEURD_PRESET`, the multi-agent algorithms
     (MAPPO, IPPO) :data:`MULTI_AGENT_PRESETS` (else :data:`CUSTOM_DEFAULTS`), an algorithm whose spec names
-    ``preset_of="ppo"`` (APPO, IMPALA) PPO's presets (its section, or the keys its spec names), and any other registered
-    algorithm the task keys over the global defaults; an unknown ``algo`` is a ``UsageError`` (a ``ValueError``).
+    ``preset_of="ppo"`` (APPO, IMPALA) PPO's presets (its section, or the keys its spec names), and any other
+    registered algorithm the task keys over the global defaults; an unknown ``algo`` is a ``UsageError`` (a
+    ``ValueError``).
     """
     spec = algorithm_spec(algo)
     params = spec.config_class()

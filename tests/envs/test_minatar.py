@@ -1,6 +1,7 @@
-"""MinAtar's Breakout, Space Invaders, Freeway and Asterix as tensor environments: every transition equals ``minatar``'s own game fed
-the same state and the same sticky-action draws (from resets, and from injected states chosen to reach what random
-play rarely does: cleared walls, cleared waves, difficulty ramps), and the generic contract checks."""
+"""MinAtar's Breakout, Space Invaders, Freeway and Asterix as tensor environments: every transition equals
+``minatar``'s own game fed the same state and the same random draws (sticky actions, Freeway's car speeds, Asterix's
+spawns; from resets, and from injected states chosen to reach what random play rarely does: cleared walls, cleared
+waves, difficulty ramps, scoring, full lanes), and the generic contract checks."""
 
 import numpy as np
 import pytest

@@ -4,8 +4,8 @@ Frames ``[N, 10, 10, 7]`` bool: chicken, cars, and five trail channels (a car's 
 of its speed: it moves once every 1 to 5 steps). Actions (minimal set): no-op, up, down; the chicken moves at
 most once every 3 steps. +1 each time it reaches the top row, which sends it back to the bottom and redraws every
 car's speed and direction (positions kept); a car on its cell (before or after the car's move) sends it back too.
-The game ends by itself at its 2,501st step (MinAtar's rule: ``terminated``, not a time limit); there is no difficulty ramp. Sticky
-actions: :mod:`rl_gpu.envs.minatar.common`.
+The game ends by itself at its 2,501st step (MinAtar's rule: ``terminated``, not a time limit); there is no
+difficulty ramp. Sticky actions: :mod:`rl_gpu.envs.minatar.common`.
 """
 
 from __future__ import annotations
