@@ -25,6 +25,7 @@ from torch import Tensor
 
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.params import split_id_parameters
+from rl_gpu.runtime.host_workers import SlicedVectorEnv
 from rl_gpu.core.types import EnvSpec, StepResult
 from rl_gpu.envs.base import check_action_format
 from rl_gpu.envs.dependency_warnings import warnings_once
@@ -89,6 +90,9 @@ class GymnasiumEnv:
             cost more than they save for cheap environments) or ``"async"`` (Gymnasium's worker processes, one per
             sub-environment, observations in shared memory). An id may carry it and the constructor's keyword
             arguments after ``?``: ``"HalfCheetah-v5?vectorization_mode=async&ctrl_cost_weight=0.2"``.
+        workers: step the rows in this many worker processes, each a slice of them, through shared memory, a
+            crashed worker restarted (:class:`~rl_gpu.runtime.host_workers.SlicedVectorEnv`; ``?workers=K`` in
+            the id); None: in this process (or as ``vectorization_mode`` says).
         clip_actions: clip continuous actions to the action space's bounds before stepping, as Gymnasium's
             ``ClipAction`` does (the rl_gpu contract: environments accept out-of-bounds actions).
         validate_actions: check action ranges (and NaN) on the host copy of the actions.
@@ -106,6 +110,7 @@ class GymnasiumEnv:
         *,
         max_episode_steps: int | None = None,
         vectorization_mode: str = "sync",
+        workers: int | None = None,
         clip_actions: bool = True,
         validate_actions: bool = True,
         **env_kwargs: Any,
@@ -118,6 +123,7 @@ class GymnasiumEnv:
                 # checkpoint's id rebuilds the same batch; keyword arguments given as well take precedence.
                 env, written = split_id_parameters("gym:", env)
                 vectorization_mode = written.pop("vectorization_mode", vectorization_mode)
+                workers = written.pop("workers", workers)
                 env_kwargs = {**written, **env_kwargs}
             if num_envs is None:
                 num_envs = 1
@@ -132,10 +138,16 @@ class GymnasiumEnv:
             _import_mujoco_first(env)
             try:
                 with warnings_once(python=True):
-                    vec = gymnasium.make_vec(
-                        env, num_envs, vectorization_mode=vectorization_mode,
-                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **env_kwargs,
-                    )
+                    if workers is not None:
+                        if vectorization_mode != "sync":
+                            raise ValueError(f"gym:{label}: workers and vectorization_mode={vectorization_mode} "
+                                             "are two ways of stepping in other processes: give one")
+                        vec = SlicedVectorEnv(env, num_envs, workers, env_kwargs)
+                    else:
+                        vec = gymnasium.make_vec(
+                            env, num_envs, vectorization_mode=vectorization_mode,
+                            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **env_kwargs,
+                        )
             except gymnasium.error.Error as e:
                 # NameNotFound, VersionNotFound, DependencyNotInstalled (Box2D, MuJoCo...): one line each.
                 raise UsageError(f"gym:{env}: Gymnasium cannot make it: {' '.join(str(e).split())} (gym:<id> "
