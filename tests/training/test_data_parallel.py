@@ -70,9 +70,14 @@ def _torchrun_env(rank: int, port: int) -> dict[str, str]:
 
 
 def _start_method() -> str:
-    # Forked children skip re-importing torch; not once CUDA is initialised here (a forked child could not use it).
-    fork = "fork" in multiprocessing.get_all_start_methods() and not torch.cuda.is_initialized()
-    return "fork" if fork else "spawn"
+    # Children forked from a fork server that has imported torch skip re-importing it, and inherit nothing of this
+    # process: a child forked from a test process that other tests left with autograd's worker threads (or CUDA)
+    # could not run a backward pass ("Unable to handle autograd's threading in combination with fork-based
+    # multiprocessing").
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "torch._dynamo", "rl_gpu.algos.ppo"])
+        return "forkserver"
+    return "spawn"
 
 
 def _run_ranks(fn, *args, timeout: float = 120) -> None:
