@@ -235,6 +235,7 @@ def test_pbt_round_copies_weights_and_optimizer_state_and_sets_hyper_parameters(
     assert all(torch.isfinite(v).all() for v in out.values())
 
 
+@pytest.mark.slow  # long: keeps the default suite under 8 minutes on 2 cores (make test-slow runs it)
 def test_the_population_benchmark_runs_and_refuses_bad_sizes():
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "population.py"
 

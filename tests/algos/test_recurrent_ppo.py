@@ -98,6 +98,7 @@ def _train(memory: int, lstm: bool = False) -> float:
     return sum(returns[-5:]) / 5
 
 
+@pytest.mark.slow  # long: keeps the default suite under 8 minutes on 2 cores (make test-slow runs it)
 def test_memory_learns_the_cue_a_feed_forward_policy_cannot_see():
     gru, lstm, without = _train(16), _train(16, lstm=True), _train(0)
     assert gru > 0.9 and lstm > 0.9 and without < 0.7, (gru, lstm, without)

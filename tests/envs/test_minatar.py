@@ -155,7 +155,7 @@ def test_registered_ids_frames_and_the_contract(env_id, cls, channels, actions, 
     obs = env.observe().obs
     assert obs.dtype == torch.bool and tuple(obs.shape) == (4, 10, 10, channels)
     assert env.spec.obs_dtypes == {"policy": "bool"} and env.spec.max_episode_steps == limit
-    reports = check_env(cls, num_envs=6, num_steps=80, seed=3)
+    reports = check_env(cls, num_envs=6, num_steps=40, seed=3)
     assert all(r.transitions > 0 for r in reports.values())
 
 

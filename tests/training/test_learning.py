@@ -15,6 +15,7 @@ def _train(tmp_path, env_id, **overrides):
     return result
 
 
+@pytest.mark.slow  # long: keeps the default suite under 8 minutes on 2 cores (make test-slow runs it)
 def test_roulette_learner_beats_its_initial_policy(tmp_path):
     result = _train(tmp_path, "RussianRoulette-v0", num_envs=1024, min_updates=30, eval_every=10,
                     max_updates=120, eval_episodes=8192, final_eval_episodes=8192, consecutive_passes=2)

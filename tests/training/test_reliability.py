@@ -116,6 +116,7 @@ def _wait_for_updates(run_dir, count, proc, timeout=120):
     return False
 
 
+@pytest.mark.slow  # long: keeps the default suite under 8 minutes on 2 cores (make test-slow runs it)
 def test_sigkill_at_random_moments_then_resume(tmp_path, reference_run):
     rng = random.Random(1234)
     killed = 0
