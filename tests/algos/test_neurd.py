@@ -55,6 +55,7 @@ def test_one_step_moves_each_logit_by_its_advantage():
     torch.testing.assert_close(moved[0], expected, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # long: keeps the default suite under 8 minutes on 2 cores (make test-slow runs it)
 def test_the_average_policy_and_its_network_fall_in_exploitability():
     algo = _neurd()
     start = _exploitability(algo, _probs(algo.policy, algo))

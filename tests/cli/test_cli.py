@@ -187,6 +187,7 @@ def test_top_level_help_and_unknown_command():
     assert bad.returncode == 2 and "unknown command" in bad.stderr
 
 
+@pytest.mark.slow  # long: keeps the default suite under 8 minutes on 2 cores (make test-slow runs it)
 def test_config_file_repeats_a_run_exactly(tmp_path):
     args = ["--env", "CartPole-v1", "--device", "cpu", "--num-envs", "16", "--num-steps", "16", "--max-updates", "3",
             "--eval-every", "3", "--eval-episodes", "8", "--final-eval-episodes", "8", "--solve-threshold", "1e9"]

@@ -17,6 +17,7 @@ SETTINGS = ["--algo", "neurd", "--device", "cpu", "--max-updates", "20", "--eval
 SHORT = ["--env", "LeducHoldem-v0", "--seeds", "3", *SETTINGS]
 
 
+@pytest.mark.slow  # long: keeps the default suite under 8 minutes on 2 cores (make test-slow runs it)
 def test_a_short_leduc_run_measures_exploitability_and_resumes(tmp_path):
     pytest.importorskip("pyspiel")
     out = tmp_path / "run"

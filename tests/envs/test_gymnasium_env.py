@@ -180,6 +180,7 @@ def test_half_cheetah_runs_a_few_hundred_steps():
     env.close()
 
 
+@pytest.mark.slow  # long: keeps the default suite under 8 minutes on 2 cores (make test-slow runs it)
 def test_ppo_learns_gym_cartpole():
     torch.manual_seed(0)
     env = make("gym:CartPole-v1", num_envs=8, seed=0)

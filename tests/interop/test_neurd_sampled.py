@@ -18,6 +18,7 @@ def sampled(benchmark_script):
     return benchmark_script("neurd_sampled")
 
 
+@pytest.mark.slow  # long: keeps the default suite under 8 minutes on 2 cores (make test-slow runs it)
 def test_external_sampling_is_unbiased(sampled):
     tree = GameTree(LeducHoldem(1))
     probs = torch.rand(tree.mask.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * tree.mask

@@ -151,6 +151,7 @@ def test_sigkill_at_random_moments_then_resume(tmp_path, reference_run):
     assert killed >= 2
 
 
+@pytest.mark.slow  # long: keeps the default suite under 8 minutes on 2 cores (make test-slow runs it)
 def test_sigterm_saves_and_exits_with_a_message(tmp_path, reference_run):
     out = tmp_path / "term"
     proc = subprocess.Popen([sys.executable, "-m", "rl_gpu.train", "--output", str(out), *CLI_RUN], cwd=ROOT,
