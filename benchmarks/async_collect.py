@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from intervals import mean_ci
 
 SETTINGS = {"sync-t1": ["--threads", "1"], "sync-t2": ["--threads", "2"], "async-t1": ["--threads", "1", "--async"]}
 
@@ -46,12 +47,6 @@ def run(env: str, algo: str, steps: int, seed: int, flags: list[str], folder: Pa
     summary = json.loads((folder / f"seed-{seed}" / "summary.json").read_text())
     return {"steps_per_second": updates[-1]["global_step"] / seconds, "seconds": seconds,
             "return": summary["final_evaluation"]["best"]["mean_return"]}
-
-
-def interval(values: list[float], rng: np.random.Generator) -> tuple[float, float, float]:
-    x = np.asarray(values)
-    boots = [rng.choice(x, len(x)).mean() for _ in range(2000)]
-    return float(x.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
 
 
 def main() -> None:
@@ -80,7 +75,7 @@ def main() -> None:
     for name, rows in results.items():
         speeds = ", ".join(f"{r['steps_per_second']:,.0f}" for r in rows)
         returns = ", ".join(f"{r['return']:.1f}" for r in rows)
-        m, lo, hi = interval([r["return"] for r in rows], rng)
+        m, lo, hi = mean_ci([r["return"] for r in rows], rng)
         ratio = f"{medians[name] / best_sync:.2f}" if best_sync else "-"
         print(f"| {name} | {speeds} | {medians[name]:,.0f} | {ratio} | {returns} | {m:.1f} [{lo:.1f}, {hi:.1f}] |")
 

@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from intervals import mean_ci
 
 
 def ours(args: argparse.Namespace, seed: int, folder: Path) -> dict:
@@ -62,12 +63,6 @@ def sample_factory(args: argparse.Namespace, seed: int, folder: Path) -> dict:
     return {"return": float(rewards[-1]), "fps": float(final[-1][1]), "frames": int(final[-1][0])}
 
 
-def interval(values: list[float], rng: np.random.Generator) -> tuple[float, float, float]:
-    x = np.asarray(values)
-    boots = [rng.choice(x, len(x)).mean() for _ in range(2000)]
-    return float(x.mean()), float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sf-python", required=True, help="python of a virtual environment with sample-factory")
@@ -91,7 +86,7 @@ def main() -> None:
     print("| side | return per seed | mean [95% CI] | frames/s per seed | median |")
     print("| --- | --- | --- | --- | ---: |")
     for name, rows in results.items():
-        m, lo, hi = interval([r["return"] for r in rows], rng)
+        m, lo, hi = mean_ci([r["return"] for r in rows], rng)
         returns = ", ".join(f"{r['return']:.1f}" for r in rows)
         speeds = ", ".join(f"{r['fps']:,.0f}" for r in rows)
         median = float(np.median([r["fps"] for r in rows]))
