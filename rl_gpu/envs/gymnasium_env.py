@@ -130,8 +130,8 @@ class GymnasiumEnv:
             if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs <= 0:
                 raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
             if vectorization_mode not in VECTORIZATION_MODES:
-                raise ValueError(
-                    f"vectorization_mode must be one of {VECTORIZATION_MODES}, got {vectorization_mode!r}"
+                raise UsageError(
+                    f"gym:{label}: vectorization_mode must be one of {VECTORIZATION_MODES}, got {vectorization_mode!r}"
                 )
             if max_episode_steps is not None:
                 env_kwargs["max_episode_steps"] = max_episode_steps
@@ -140,7 +140,7 @@ class GymnasiumEnv:
                 with warnings_once(python=True):
                     if workers is not None:
                         if vectorization_mode != "sync":
-                            raise ValueError(f"gym:{label}: workers and vectorization_mode={vectorization_mode} "
+                            raise UsageError(f"gym:{label}: workers and vectorization_mode={vectorization_mode} "
                                              "are two ways of stepping in other processes: give one")
                         vec = SlicedVectorEnv(env, num_envs, workers, env_kwargs)
                     else:

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from rl_gpu.core.errors import UsageError
+
 WAIT_SECONDS = 300.0
 """How long a step waits for a worker's answer before taking it for dead."""
 
@@ -83,7 +85,8 @@ class SlicedVectorEnv:
         from gymnasium.vector import AutoresetMode
 
         if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= num_envs:
-            raise ValueError(f"workers must be an integer from 1 to num_envs ({num_envs}), got {workers!r}")
+            raise UsageError(f"gym:{env_id}: workers must be an integer from 1 to num_envs ({num_envs}), got "
+                             f"{workers!r}")
         self.env_id, self.num_envs, self.kwargs = env_id, num_envs, dict(env_kwargs or {})
         probe = gymnasium.make(env_id, **self.kwargs)
         self.single_observation_space, self.single_action_space = probe.observation_space, probe.action_space
@@ -91,7 +94,7 @@ class SlicedVectorEnv:
         probe.close()
         obs, act = self.single_observation_space, self.single_action_space
         if obs.shape is None or act.shape is None:
-            raise ValueError(f"gym:{env_id}?workers: observation and action spaces of fixed shape are needed, got "
+            raise UsageError(f"gym:{env_id}?workers: observation and action spaces of fixed shape are needed, got "
                              f"{obs} and {act}")
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
         n = num_envs
