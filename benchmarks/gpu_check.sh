@@ -1,83 +1,91 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, checked and timed in one go (about 9 minutes on one H200, plus up to 5 for MuJoCo
-# Warp when installed; every stage has a time limit so the whole script stays under 14, 19 with MuJoCo Warp):
-#   1. the tests marked gpu: CUDA sync-debug-mode "error" runs of the hot loop in every compile mode, eager vs
-#      inductor vs CUDA-graph results, the engine against collect() on CUDA, and every other gpu-marked test;
-#   2. short training runs with --compile cudagraphs through the trainer (CLI, checkpoints, evaluation): PPO on
-#      CartPole-v1, SAC on Pendulum-v1 (a step budget: exit 0 once spent);
-#   3. rl-gpu bench on CartPole-v1 at N=65536 (and 4096): eager vs compiled vs graph-captured, env-only,
-#      env + inference, full training;
-#   4. SAC and TD3 iterations (one vector step + 4 updates of batch 4096) at N=1024 and 4096 Pendulum-v1
-#      environments, eager vs compiled vs one CUDA graph per iteration (benchmarks/gpu_check_offpolicy.py);
-#   5. data-parallel PPO training steps/s under torchrun with 1 and with every visible GPU
-#      (benchmarks/distributed_throughput.py; with one GPU only the K=1 row, and the NCCL path for one process);
-#   6. MAPPO on vmas:navigation at N=65536 worlds (4 agents each): world steps/s of whole iterations, eager vs
-#      inductor (benchmarks/gpu_check_mappo.py; skipped when VMAS is not installed).
-#   7. the policy layer: PPO with the composed CNN policy on bool frames (eager / inductor / cudagraphs), PPO with
-#      a GRU (sequence minibatches, eager) and the host collector's compiled policy half on gym:CartPole-v1
-#      (benchmarks/gpu_check_policies.py).
-# Results go to $OUT (default artifacts/gpu_check); the exit status is non-zero if any stage failed.
+# Everything that needs a GPU, checked and timed in one go, under 8 minutes on one H200 (every stage has a time
+# limit, together 8 minutes; a stage cut at its limit is reported as failed, exit 124). Two phases:
+#   A. checks, run side by side (their speed is not reported): the tests marked gpu (CUDA sync-debug-mode "error"
+#      runs of the hot loop in every compile mode, eager vs inductor vs CUDA-graph results, the engine against
+#      collect() on CUDA, SAC/TD3 modes, loading/exporting on CUDA) on 6 pytest workers, next to short training
+#      runs through the CLI (checkpoints, evaluation): PPO --compile cudagraphs on CartPole-v1, APPO --async
+#      (V-trace on a one-version-old rollout), SAC --compile cudagraphs on Pendulum-v1;
+#   B. timings, one stage at a time on a quiet GPU: rl-gpu bench on CartPole-v1 at N=65536 (eager vs Inductor vs
+#      CUDA graphs: env-only, env + inference, full training); SAC and TD3 iterations at N=4096
+#      (gpu_check_offpolicy.py); the policy layer (CNN on MinAtar frames in three modes, a GRU, the host
+#      collector's compiled policy half: gpu_check_policies.py); bf16 and fp16 against fp32 for PPO's update
+#      (precision.py at 4096 envs); MAPPO on vmas:navigation at N=32768 worlds (gpu_check_mappo.py; skipped
+#      without VMAS); data-parallel PPO under torchrun (distributed_throughput.py); MuJoCo Warp when installed.
+# Prints one table at the end (stage, exit, seconds, its last line); each stage's output is in $OUT/<stage>.txt.
 #
-#   bash benchmarks/gpu_check.sh            # from the repository root, with .venv installed (make test)
+#   bash benchmarks/gpu_check.sh            # from the repository root; OUT=... to choose the folder
+#   STAGES="pytest_gpu policies" bash benchmarks/gpu_check.sh      # only these stages (a rerun)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 OUT=${OUT:-artifacts/gpu_check}
 mkdir -p "$OUT"
-export OMP_NUM_THREADS=1
-failed=()
+: > "$OUT/stages.tsv"
+export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 
-stage() {  # stage NAME SECONDS COMMAND...
+stage() {  # stage NAME SECONDS COMMAND...   (appends "name<TAB>exit<TAB>seconds" to stages.tsv)
     local name=$1 limit=$2
     shift 2
+    if [ -n "${STAGES:-}" ] && [[ " $STAGES " != *" $name "* ]]; then return 0; fi
     local start=$SECONDS
     echo "== $name (limit ${limit}s): $*"
-    timeout --signal=INT --kill-after=10 "$limit" "$@" 2>&1 | tee "$OUT/$name.txt"
-    local rc=${PIPESTATUS[0]}
-    echo "== $name: exit $rc after $((SECONDS - start))s" | tee -a "$OUT/summary.txt"
-    [ "$rc" -eq 0 ] || failed+=("$name")
+    timeout --signal=INT --kill-after=10 "$limit" "$@" > "$OUT/$name.txt" 2>&1
+    local rc=$?
+    printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - start))" >> "$OUT/stages.tsv"
+    echo "== $name: exit $rc after $((SECONDS - start))s"
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())" \
     | tee -a "$OUT/gpu.txt" || { echo "no usable CUDA device"; exit 2; }
+TRAIN=(--device cuda --eval-episodes 64 --final-eval-episodes 64 --seeds 1 --overwrite)
 
-stage pytest_gpu 330 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs
-stage train_cudagraphs 60 "$PY" -m rl_gpu train --env CartPole-v1 --device cuda --compile cudagraphs \
-    --num-envs 4096 --num-steps 16 --max-updates 8 --min-updates 8 --eval-every 4 --eval-episodes 64 \
-    --final-eval-episodes 64 --seeds 1 --output "$OUT/train" --overwrite
-# Learning while collecting on the GPU: APPO with --async (V-trace on a one-version-old rollout), eager.
-stage train_appo_async 60 "$PY" -m rl_gpu train --env CartPole-v1 --algo appo --async --device cuda \
-    --num-envs 4096 --num-steps 16 --total-timesteps 524288 --eval-every 4 --eval-episodes 64 \
-    --final-eval-episodes 64 --seeds 1 --output "$OUT/train_appo" --overwrite
-stage bench_cartpole 150 "$PY" -m rl_gpu bench --env CartPole-v1 --device cuda --num-envs 4096 65536 \
-    --compile off inductor cudagraphs --repeats 5 --output "$OUT/bench_cartpole.json"
-stage train_sac_cudagraphs 90 "$PY" -m rl_gpu train --algo sac --env Pendulum-v1 --device cuda --compile cudagraphs \
+# Phase A: checks side by side.
+stage pytest_gpu 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs -n 6 --durations=15 &
+tests=$!
+stage train_cudagraphs 50 "$PY" -m rl_gpu train --env CartPole-v1 --compile cudagraphs --num-envs 4096 \
+    --num-steps 16 --total-timesteps 524288 --eval-every 4 --output "$OUT/train" "${TRAIN[@]}"
+stage train_appo_async 50 "$PY" -m rl_gpu train --env CartPole-v1 --algo appo --async --num-envs 4096 \
+    --num-steps 16 --total-timesteps 524288 --eval-every 4 --output "$OUT/train_appo" "${TRAIN[@]}"
+stage train_sac_cudagraphs 45 "$PY" -m rl_gpu train --algo sac --env Pendulum-v1 --compile cudagraphs \
     --num-envs 1024 --num-steps 2 --learning-starts 2048 --batch-size 4096 --total-timesteps 24576 \
-    --eval-every 6 --eval-episodes 64 --final-eval-episodes 64 --seeds 1 --output "$OUT/train_sac" --overwrite
-stage offpolicy 180 "$PY" benchmarks/gpu_check_offpolicy.py --output "$OUT/offpolicy.json"
-# Data-parallel PPO under torchrun (NCCL): transitions/s with 1 GPU and with every visible GPU, in one run.
-stage distributed 180 "$PY" benchmarks/distributed_throughput.py --device cuda --num-envs 16384 --num-steps 32 \
-    --output "$OUT/distributed.json"
+    --eval-every 6 --output "$OUT/train_sac" "${TRAIN[@]}"
+wait "$tests"
+
+# Phase B: timings, one at a time.
+stage bench_cartpole 60 "$PY" -m rl_gpu bench --env CartPole-v1 --device cuda --num-envs 65536 \
+    --compile off inductor cudagraphs --repeats 3 --output "$OUT/bench_cartpole.json"
+stage offpolicy 45 "$PY" benchmarks/gpu_check_offpolicy.py --num-envs 4096 --iterations 10 --repeats 3 \
+    --output "$OUT/offpolicy.json"
+stage policies 90 "$PY" benchmarks/gpu_check_policies.py --device cuda --calls 2 --rounds 2 \
+    --output "$OUT/policies.json"
+stage precision 30 "$PY" benchmarks/precision.py --device cuda --num-envs 4096 --rounds 3 --precisions bf16 fp16
 if "$PY" -c "import vmas" 2>/dev/null; then
-    stage mappo_vmas 120 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 65536 --num-steps 32 \
-        --iterations 3 --rounds 2 --output "$OUT/mappo_vmas.json"
-else
-    echo "vmas not installed: stage mappo_vmas skipped (pip install 'rl-gpu[vmas]')" | tee "$OUT/mappo_vmas.txt"
+    stage mappo_vmas 60 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 32768 --num-steps 32 \
+        --iterations 2 --rounds 2 --output "$OUT/mappo_vmas.json"
 fi
-stage policies 240 "$PY" benchmarks/gpu_check_policies.py --device cuda --output "$OUT/policies.json"
-# MuJoCo Warp (the mujoco-warp extra, installed in the carried .venv): HalfCheetah and Ant at N=4096 and 16384,
-# graph-captured steps, PPO training steps/s, agreement with the C engine. Skipped when mujoco_warp is absent.
+stage distributed 45 "$PY" benchmarks/distributed_throughput.py --device cuda --num-envs 16384 --num-steps 32 \
+    --iterations 5 --output "$OUT/distributed.json"
 if "$PY" -c "import mujoco_warp" 2>/dev/null; then
-    stage mujoco_warp 300 "$PY" benchmarks/gpu_check_mujoco.py
-else
-    echo "mujoco_warp not installed: stage mujoco_warp skipped (pip install 'rl-gpu[mujoco-warp]')" | tee "$OUT/mujoco_warp.txt"
+    stage mujoco_warp 120 "$PY" benchmarks/gpu_check_mujoco.py
 fi
 
-echo "results in $OUT/"
-if [ ${#failed[@]} -gt 0 ]; then
-    echo "FAILED: ${failed[*]}"
+echo
+echo "GPU check, $(head -2 "$OUT/gpu.txt" | tail -1)"
+"$PY" - "$OUT" <<'PYEOF'
+import pathlib, sys
+out = pathlib.Path(sys.argv[1])
+print(f"| stage | exit | seconds | last line of {out}/<stage>.txt |\n| --- | ---: | ---: | --- |")
+for row in (out / "stages.tsv").read_text().splitlines():
+    name, rc, seconds = row.split("\t")
+    lines = [l.strip() for l in (out / f"{name}.txt").read_text(errors="replace").splitlines() if l.strip()]
+    print(f"| {name} | {rc} | {seconds} | {(lines[-1] if lines else '')[:110].replace('|', '/')} |")
+PYEOF
+if awk -F'\t' '$2 != 0 {bad=1} END {exit bad}' "$OUT/stages.tsv"; then
+    echo "all GPU stages passed"
+else
+    echo "FAILED: $(awk -F'\t' '$2 != 0 {printf "%s ", $1}' "$OUT/stages.tsv")"
     exit 1
 fi
-echo "all GPU stages passed"

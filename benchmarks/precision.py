@@ -24,9 +24,9 @@ from rl_gpu.envs.registry import make
 PATHS = {"minatar_cnn": ("MinAtar-Breakout-v1", (128,)), "mlp_256x256": ("CartPole-v1", (256, 256))}
 
 
-def _algo(env_id: str, hidden: tuple[int, ...], precision: str, device: str):
+def _algo(env_id: str, hidden: tuple[int, ...], precision: str, device: str, num_envs: int = 64):
     torch.manual_seed(0)
-    env = make(env_id, num_envs=64, seed=0, device=device)
+    env = make(env_id, num_envs=num_envs, seed=0, device=device)
     setup = Setup(env=env, seed=0, num_steps=128, hidden_sizes=hidden, precision=precision)
     return make_algorithm("ppo", setup, PPOConfig(update_epochs=4, num_minibatches=8))
 
@@ -41,11 +41,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precisions", nargs="+", default=["bf16"])
+    parser.add_argument("--num-envs", type=int, default=64, help="rows of the rollout (the presets' 64 by default)")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"device {args.device}, torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+    print(f"device {args.device}, {args.num_envs} envs x 128 steps, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread(s)")
     for path, (env_id, hidden) in PATHS.items():
-        algos = {p: _algo(env_id, hidden, p, args.device) for p in ["fp32", *args.precisions]}
+        algos = {p: _algo(env_id, hidden, p, args.device, args.num_envs) for p in ["fp32", *args.precisions]}
         rollout = algos["fp32"].collect().clone()
         for algo in algos.values():  # warm-up
             algo.update(rollout)

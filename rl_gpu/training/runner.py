@@ -108,9 +108,7 @@ class Trainer(CheckpointMixin):
                 num_steps=config.num_steps, hidden_sizes=tuple(config.hidden_sizes),
                 normalize_obs=config.normalize_obs, init_log_std=config.init_log_std, policy=config.policy,
                 memory_size=config.memory_size if config.uses_memory else 0, lstm=config.memory == "lstm",
-                # A policy with memory trains eagerly for now (the config refuses any other explicit mode).
-                compile="off" if config.uses_memory else resolve_compile(
-                    ranks.resolve_compile(config.compile, self.device), self.device),
+                compile=self._compile_mode(config),
                 opponent=self.league_of if config.self_play else None, async_collect=config.async_collect,
             )
             self.league: League | None = None
@@ -142,6 +140,15 @@ class Trainer(CheckpointMixin):
         """The run's callbacks (:mod:`rl_gpu.training.events`; rank 0's only under torchrun)."""
         self.steps_taken: Tensor | None = None
         """``global_step`` kept on the device by :meth:`train_one_update` (with a step budget), for the schedules."""
+
+    def _compile_mode(self, config: TrainConfig) -> str:
+        """The loop's compile mode on this device. A policy with memory trains eagerly for now (the config refuses
+        any other explicit mode); ``auto`` with ``--async`` on CUDA is Inductor, since one CUDA graph cannot be
+        replayed by the collecting thread and the learner at once."""
+        if config.uses_memory:
+            return "off"
+        mode = resolve_compile(ranks.resolve_compile(config.compile, self.device), self.device)
+        return "inductor" if mode == "cudagraphs" and config.compile == "auto" and config.async_collect else mode
 
     def league_of(self, policy) -> object:
         """Setup's opponent slot under ``--self-play``: a league of ``policy``'s snapshots; its members play."""

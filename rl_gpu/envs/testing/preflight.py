@@ -38,8 +38,11 @@ def _expect(env: object, what: str, x: object, shape: tuple, dtypes: tuple[torch
                                f"got {_describe(x)}")
 
 
-def _check_hooks(env: TensorEnv, generator: torch.Generator) -> None:
+def _check_hooks(env: TensorEnv, seed: int) -> None:
     n = env.num_envs
+    # The hooks draw on the environment's device, which must be the generator's device too (a CUDA env refuses a
+    # CPU generator).
+    generator = torch.Generator(device=env.device).manual_seed(seed)
     inner = check_starts(env, env._sample_initial_state(n, generator), n)
     agents = () if env.num_agents == 1 else (env.num_agents,)
     _expect(env, "_observe(state)", env._observe(inner), (n, *agents, *env.obs_shape), (env.obs_dtype,))
@@ -73,7 +76,7 @@ def check_run_env(env: VecEnv, num_steps: int = 16, seed: int = 0) -> None:
     name = type(env).__name__
     generator = torch.Generator().manual_seed(seed)
     if isinstance(env, TensorEnv):
-        _check_hooks(env, generator)
+        _check_hooks(env, seed)
     try:
         step = env.reset()
         _check_step(env, step, 0)
