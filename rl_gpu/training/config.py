@@ -84,7 +84,8 @@ class TrainConfig:
     async_collect: bool = False
     """learn while collecting (PPO, APPO, IMPALA; --async for short): a second thread collects the next rollout
     with a copy of the policy while the learner updates on the last one, so stepping and learning overlap; the
-    data is one policy version old (logged as policy_lag; APPO and IMPALA correct for it with V-trace)"""
+    data is one update old (lags logged in optimizer steps, bounded by --max-policy-lag; APPO and IMPALA correct
+    for it with V-trace)"""
     lr_schedule: Literal["constant", "linear", "cosine", "step", "adaptive-kl"] = "constant"
     """how the learning rate moves over --max-updates (over --total-timesteps when given): linear or cosine to 0;
     step: times --lr-step-gamma every --lr-step-every of training; adaptive-kl (PPO, MAPPO, IPPO): rsl_rl's rule,

@@ -171,6 +171,9 @@ def check_population(config: TrainConfig) -> None:
                          "uniform-random opponents")
     if world_size() > 1:
         raise UsageError("--parallel trains a population in one process: do not launch it under torchrun")
+    if getattr(config.algo_config(), "max_policy_lag", None) is not None:
+        raise UsageError("--max-policy-lag bounds one run's updates: a population's members update together "
+                         "(give it without --parallel)")
     if config.pbt and len(config.seeds) < 4:
         raise UsageError(f"--pbt needs at least 4 seeds (the bottom quarter copies the top quarter), got "
                          f"{len(config.seeds)}")

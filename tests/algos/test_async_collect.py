@@ -18,14 +18,13 @@ from rl_gpu.nn.actor_critic import policy_for_env
 FIELDS = ("obs", "action", "log_prob", "value", "reward", "terminated", "truncated", "final_value")
 
 
-def _pair(lr, cls=PPO, config=None, env_id="CartPole-v1", normalize_obs=False):
+def _pair(lr, cls=PPO, config=None, env_id="CartPole-v1", normalize_obs=False, loops=(False, True)):
     torch.manual_seed(0)
     envs = [make(env_id, num_envs=8, seed=2, max_episode_steps=20) for _ in range(2)]
     policy = policy_for_env(envs[0].spec, hidden_sizes=(16,), normalize_obs=normalize_obs)
     config = config or PPOConfig(update_epochs=2, num_minibatches=2)
-    sync = cls(copy.deepcopy(policy), config, lr, seed=5, env=envs[0], num_steps=12)
-    asyn = cls(copy.deepcopy(policy), config, lr, seed=5, env=envs[1], num_steps=12, async_collect=True)
-    return sync, asyn
+    return [cls(copy.deepcopy(policy), config, lr, seed=5, env=env, num_steps=12, async_collect=on)
+            for env, on in zip(envs, loops)]
 
 
 @pytest.mark.parametrize("normalize_obs", [False, True])
@@ -45,8 +44,11 @@ def test_rollouts_are_acted_by_the_previous_version_and_the_lag_is_logged():
     lags, snapshots = [], []
     for _ in range(3):
         snapshots.append(copy.deepcopy(asyn.policy))
-        lags.append(float(asyn.iterate().learner["policy_lag"]))
-    assert lags == [0.0, 1.0, 1.0] and asyn.version == 3
+        learner = asyn.iterate().learner
+        lags.append(tuple(float(learner[k]) for k in ("policy_lag_min", "policy_lag", "policy_lag_max")))
+    # Lags in optimizer steps (2 epochs x 2 minibatches per update): the first rollout is fresh, every later one
+    # was collected an update (4 steps) before its first step.
+    assert lags == [(0, 1.5, 3), (4, 5.5, 7), (4, 5.5, 7)] and asyn.version == 3
     r = asyn.last_rollout  # the third rollout: acted by the policy as it was before the second update
     for version, expect in ((1, True), (2, False)):
         log_prob, _, _ = snapshots[version].evaluate(r.obs.flatten(0, 1), r.action.flatten(0, 1),
@@ -97,3 +99,20 @@ def test_what_cannot_learn_while_collecting_is_refused(argv, says, call_main, tm
     code, out, err = call_main(train_main, *argv, "--output", tmp_path / "run")
     assert code == 2 and "\n" not in err.strip() and not (tmp_path / "run").exists(), err
     assert says is None or says in err, err
+
+
+def test_max_policy_lag_drops_the_stale_steps():
+    # Synchronous: lags 0..3; a bound of 1 keeps the first epoch's two steps, which is the update of one epoch.
+    sync, = _pair(lr=1e-2, config=PPOConfig(update_epochs=2, num_minibatches=2, max_policy_lag=1), loops=(False,))
+    one_epoch, = _pair(lr=1e-2, config=PPOConfig(update_epochs=1, num_minibatches=2), loops=(False,))
+    learner = sync.iterate().learner
+    one_epoch.iterate()
+    assert float(learner["stale_steps_dropped"]) == 2 and float(learner["policy_lag_max"]) == 1
+    for a, b in zip(sync.policy.parameters(), one_epoch.policy.parameters()):
+        assert torch.equal(a, b)
+    # While collecting: every rollout after the first starts 4 steps old; a bound of 5 keeps 2 of its 4 steps.
+    asyn, = _pair(lr=1e-2, config=PPOConfig(update_epochs=2, num_minibatches=2, max_policy_lag=5), loops=(True,))
+    dropped = [float(asyn.iterate().learner["stale_steps_dropped"]) for _ in range(3)]
+    assert dropped == [0, 2, 2]
+    with pytest.raises(ValueError, match="max_policy_lag >= 4"):
+        _pair(lr=1e-2, config=PPOConfig(update_epochs=2, num_minibatches=2, max_policy_lag=3), loops=(True,))

@@ -39,6 +39,9 @@ from rl_gpu.runtime.compile import GraphedFunction, compile_unit, resolve_compil
 
 UPDATE_METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
                   "explained_variance", "grad_norm")
+LAG_METRICS = ("policy_lag_min", "policy_lag", "policy_lag_max", "stale_steps_dropped")
+"""Logged with learning while collecting or a ``max_policy_lag``: lags in optimizer steps (Sample Factory's
+measure), ``policy_lag`` their mean, and the steps an update dropped as too stale."""
 
 DEFAULT_NUM_STEPS = 128
 """T for continuing tasks when the setup gives none (turn-based games default to their longest game)."""
@@ -135,8 +138,9 @@ class PPO(LearningRateSchedule):
         self.policy_lag = 0
         """Versions between the policy the update learns with and the one that collected its rollout."""
         self._async = self._asynchronous(env, async_collect)
+        lagged = self._async is not None or self.config.max_policy_lag is not None
         self.metric_names = (*UPDATE_METRICS, *(("ent_coef",) if self.ent_coef is not None else ()),
-                             *(("policy_lag",) if self._async is not None else ()), "learning_rate",
+                             *(LAG_METRICS if lagged else ()), "learning_rate",
                              *COLLECTION_METRICS)
         self.resume_notes: tuple[str, ...] = ()
         self.last_rollout: Rollout | None = None
@@ -312,11 +316,36 @@ class PPO(LearningRateSchedule):
         units = rollout.num_envs if self.recurrent else rollout.reward.numel()
         check_minibatches(units, self.config)
         permutations = self._permutations(units)
+        self.units.max_steps = self._fresh_steps()
         if self._graphed():
             shape = (rollout.reward.shape, rollout.obs.shape, rollout.action.shape, rollout.action_mask.shape)
             body = partial(self._update_body, weighted=weighted)
-            return self._graph(("update", shape, weighted), body)(rollout, permutations)
+            return self._graph(("update", shape, weighted, self.units.max_steps), body)(rollout, permutations)
         return self._update_body(rollout, permutations, weighted)
+
+    @property
+    def steps_per_update(self) -> int:
+        """Optimizer steps of a whole update: ``update_epochs * num_minibatches``."""
+        return self.config.update_epochs * self.config.num_minibatches
+
+    def _fresh_steps(self) -> int | None:
+        """How many of the next update's steps are within ``max_policy_lag`` (None: no bound). The data is
+        ``policy_lag`` updates old, so its first step's lag is ``policy_lag * steps_per_update``, each next one 1
+        more."""
+        bound = self.config.max_policy_lag
+        if bound is None:
+            return None
+        first = self.policy_lag * self.steps_per_update
+        return max(0, min(self.steps_per_update, bound - first + 1))
+
+    def lag_metrics(self) -> dict[str, Tensor]:
+        """The last update's policy lags in optimizer steps (min, mean, max over the steps it took) and the steps
+        it dropped as too stale."""
+        first, taken = self.policy_lag * self.steps_per_update, self.units.max_steps
+        taken = self.steps_per_update if taken is None else taken
+        values = (first, first + (taken - 1) / 2, first + taken - 1, self.steps_per_update - taken)
+        row = torch.tensor(values, dtype=torch.float32, device=self.device)
+        return dict(zip(LAG_METRICS, row.unbind()))
 
     def iterate(self, env: VecEnv | None = None, num_steps: int | None = None, *, episodic: bool | None = None,
                 opponent_rng: torch.Generator | None = None, phase: PhaseTimer = no_phase) -> Iteration:
@@ -360,6 +389,11 @@ class PPO(LearningRateSchedule):
             raise ValueError("--async-collect learns single-player tasks with a feed-forward policy, bound to its "
                              "environment (turn-based games, worlds of several agents and policies with memory "
                              "collect in the learner's thread)")
+        bound = self.config.max_policy_lag
+        if bound is not None and bound < self.steps_per_update:
+            raise ValueError(f"max_policy_lag={bound}: learning while collecting learns from data at least one "
+                             f"update ({self.steps_per_update} optimizer steps: update_epochs x num_minibatches) old, "
+                             f"so every step would be dropped; use max_policy_lag >= {self.steps_per_update}")
         return AsyncCollection(self._policy, env, self.num_steps, self.compile)
 
     def _iterate_async(self, phase: PhaseTimer) -> Iteration:
@@ -378,14 +412,14 @@ class PPO(LearningRateSchedule):
         with phase("collect"):  # what of the collection the update did not hide
             collector.next = (pending.result(), self.version - 1)
         self.last_rollout = rollout
-        learner = self._learner_metrics(metrics)
-        learner["policy_lag"] = torch.tensor(float(self.policy_lag), device=self.device)
-        return Iteration(collection_metrics(rollout), self.lr.clone(), learner)
+        return Iteration(collection_metrics(rollout), self.lr.clone(), self._learner_metrics(metrics))
 
     def _learner_metrics(self, metrics: UpdateMetrics) -> dict[str, Tensor]:
         learner = {name: getattr(metrics, name) for name in UPDATE_METRICS}
         if self.ent_coef is not None:
             learner["ent_coef"] = self.ent_coef.clone()
+        if LAG_METRICS[0] in self.metric_names:
+            learner.update(self.lag_metrics())
         return learner
 
     @property

@@ -8,7 +8,9 @@ stepping and learning, each keeps one busy. An iteration returns only once both 
 iterations nothing runs in the background, so a checkpoint taken then holds a consistent environment state, the
 random streams and the rollout collected for the next iteration (saved with it: a resumed run continues exactly).
 
-The data learned from is one policy version old (``policy_lag`` 1, logged; 0 for the first rollout): PPO's ratio
+The data learned from is one policy version old (0 for the first rollout); logged as lags in optimizer steps, Sample
+Factory's measure: an update of E epochs x M minibatches takes steps of lag E*M .. 2*E*M-1, and ``max_policy_lag``
+drops the steps beyond it (:meth:`~rl_gpu.algos.ppo.PPO.lag_metrics`). PPO's ratio
 is taken to the collecting policy's stored log-probabilities, as Sample Factory's APPO does, and
 :class:`~rl_gpu.algos.vtrace.algorithm.APPO` / ``IMPALA`` correct the targets with V-trace
 (:meth:`~rl_gpu.algos.vtrace.algorithm.APPO.log_rho`). The random numbers of a collection are drawn from the same

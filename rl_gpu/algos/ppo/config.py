@@ -46,6 +46,11 @@ class PPOConfig:
     target_kl: float | None = None
     """stop the update's remaining epochs once the approximate KL exceeds this, checked on the device once
     per epoch; None: never"""
+    max_policy_lag: int | None = None
+    """drop the update's optimizer steps whose policy lag exceeds this (Sample Factory's rule and measure: the
+    parameter updates between the policy that collected the data and the one a step learns at; a synchronous
+    update's steps have lags 0 .. E*M-1, a learning-while-collecting one's E*M .. 2*E*M-1, for E epochs of M
+    minibatches); the lags and the dropped steps are logged; None: never"""
     micro_batch_size: int | None = None
     """rows per forward/backward pass: a minibatch runs as micro-batches of at most this many rows (sizes
     differing by at most one) whose gradients add up to the minibatch's: the same update up to float rounding,
@@ -79,10 +84,11 @@ class PPOConfig:
             "norm_reward_clip": self.norm_reward_clip > 0,
             "target_kl": self.target_kl is None or self.target_kl > 0,
             "micro_batch_size": self.micro_batch_size is None or self.micro_batch_size >= 1,
+            "max_policy_lag": self.max_policy_lag is None or self.max_policy_lag >= 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
             raise ValueError(f"invalid {algo} hyper-parameters: {values} (gamma and gae_lambda in [0, 1], "
                              "epochs/minibatches/micro_batch_size >= 1, clip_coef/max_grad_norm/target_kl > 0, "
-                             "norm_reward_clip > 0, coefficients >= 0, every number finite)")
+                             "norm_reward_clip > 0, coefficients and max_policy_lag >= 0, every number finite)")

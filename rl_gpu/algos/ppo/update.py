@@ -129,6 +129,9 @@ class UpdateUnits:
         self.value_norm: ValueNormalizer | None = None
         """Set by an algorithm whose critic learns normalised value targets (MAPPO): the rollout's values are
         read through it, and the targets normalised by it (:func:`run_update`)."""
+        self.max_steps: int | None = None
+        """Optimizer steps the next update may take, in order; the rest are dropped as too stale
+        (``max_policy_lag``). None: all ``update_epochs * num_minibatches``."""
         self.kl_schedule: LRSchedule | None = None
         """Set for ``--lr-schedule adaptive-kl``: each minibatch's KL steers the learning rate before its step."""
         self.policy = policy
@@ -203,8 +206,13 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
     kl_index = LOSS_STATS.index("approx_kl")
     if loss_of is units.loss:
         splits = micro_batches(mb_size, config)
+    # A static count (a Python int): compiled and graph-captured updates stay one fixed sequence of steps.
+    steps_left = config.update_epochs * config.num_minibatches if units.max_steps is None else units.max_steps
     for epoch in range(config.update_epochs):
         for start in range(0, size, mb_size):
+            if steps_left == 0:
+                break
+            steps_left -= 1
             idx = permutations[epoch, start:start + mb_size]
             optimizer.zero_grad(set_to_none=True)
             if splits == 1:
