@@ -11,8 +11,9 @@ and reads from the run's files:
     OMP_NUM_THREADS=1 python benchmarks/async_collect.py --env HalfCheetah-v5 --steps 200000 --seeds 1 2 3
 
 Settings: ``sync-t1`` (torch on 1 thread), ``sync-t2`` (2 threads: the synchronous loop's other setting on two
-cores), ``async-t1`` (``--async``, 1 torch thread in each of the two threads); ``--algo appo`` or ``impala`` for
-the V-trace learners.
+cores), ``async-t1`` (``--async``, 1 torch thread in each of the two threads), ``double-t1``
+(``--double-buffer``: the rows in two halves, the engine stepping one while the policy acts on the other; the
+synchronous loop's results, so its return is sync-t1's); ``--algo appo`` or ``impala`` for the V-trace learners.
 Prints one line per run as it goes, then a table: steps/s per seed and median, the ratio of medians to the best
 synchronous setting, and the mean return with a 95% bootstrap interval over seeds.
 """
@@ -30,7 +31,8 @@ from pathlib import Path
 import numpy as np
 from intervals import mean_ci
 
-SETTINGS = {"sync-t1": ["--threads", "1"], "sync-t2": ["--threads", "2"], "async-t1": ["--threads", "1", "--async"]}
+SETTINGS = {"sync-t1": ["--threads", "1"], "sync-t2": ["--threads", "2"], "async-t1": ["--threads", "1", "--async"],
+            "double-t1": ["--threads", "1", "--double-buffer"]}
 
 
 def run(env: str, algo: str, steps: int, seed: int, flags: list[str], folder: Path) -> dict:

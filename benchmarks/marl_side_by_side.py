@@ -97,7 +97,7 @@ def ours(args: argparse.Namespace, seed: int, folder: Path) -> dict:
                "--no-anneal-lr", "--hidden-sizes", *map(str, args.hidden), "--gamma", str(args.gamma),
                "--gae-lambda", str(args.gae_lambda), "--update-epochs", str(args.epochs),
                "--num-minibatches", str(args.minibatches), "--ent-coef", "0", "--max-grad-norm",
-               str(args.max_grad_norm), "--quiet"]
+               str(args.max_grad_norm), "--quiet", *args.extra.split()]
     subprocess.run(command, check=True, capture_output=True, text=True)
     records = [json.loads(line) for line in (folder / f"seed-{seed}" / "metrics.jsonl").read_text().splitlines()]
     seconds = max(r["time"] for r in records if "time" in r)  # the run's clock: collection, updates, validations
@@ -147,11 +147,14 @@ def main() -> None:
     parser.add_argument("--max-grad-norm", type=float, default=5.0)
     parser.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     parser.add_argument("--eval-episodes", type=int, default=200)
+    parser.add_argument("--extra", default="", help="more rl-gpu train flags for rl_gpu's side (an ablation), e.g. "
+                                                     "'--no-norm-adv --no-value-norm'")
+    parser.add_argument("--sides", nargs="+", choices=("rl_gpu", "BenchMARL"), default=["rl_gpu", "BenchMARL"])
     args = parser.parse_args()
     results: dict[str, list[dict]] = {"rl_gpu": [], "BenchMARL": []}
     with tempfile.TemporaryDirectory() as tmp:
         for i, seed in enumerate(args.seeds):
-            sides = [("rl_gpu", ours), ("BenchMARL", benchmarl)]
+            sides = [(name, run) for name, run in (("rl_gpu", ours), ("BenchMARL", benchmarl)) if name in args.sides]
             for name, run in sides if i % 2 == 0 else sides[::-1]:
                 row = run(args, seed, Path(tmp) / f"{name}-{seed}")
                 results[name].append(row)
@@ -161,16 +164,21 @@ def main() -> None:
     print(f"\nMAPPO on vmas:{args.scenario}, {args.frames:,} frames per run, seeds {args.seeds}")
     print("| side | returns per seed | IQM [95% CI] | training s per seed | frames/s (median) |")
     print("| --- | --- | --- | --- | ---: |")
+    if args.extra:
+        print(f"rl_gpu's extra flags: {args.extra}")
     for name, rows in results.items():
+        if not rows:
+            continue
         m, lo, hi = iqm_ci([r["return"] for r in rows], rng)
         seconds = [r["seconds"] for r in rows]
         returns = ", ".join(f"{r['return']:.3f}" for r in rows)
         times = ", ".join(f"{s:.0f}" for s in seconds)
         print(f"| {name} | {returns} | {m:.3f} [{lo:.3f}, {hi:.3f}] | {times} | "
               f"{args.frames / float(np.median(seconds)):,.0f} |")
-    ratio = float(np.median([r["seconds"] for r in results["BenchMARL"]]) /
-                  np.median([r["seconds"] for r in results["rl_gpu"]]))
-    print(f"BenchMARL's training time / rl_gpu's (medians): {ratio:.2f}")
+    if all(results.values()):
+        ratio = float(np.median([r["seconds"] for r in results["BenchMARL"]]) /
+                      np.median([r["seconds"] for r in results["rl_gpu"]]))
+        print(f"BenchMARL's training time / rl_gpu's (medians): {ratio:.2f}")
 
 
 if __name__ == "__main__":

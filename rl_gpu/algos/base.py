@@ -88,6 +88,9 @@ class Setup:
     async_collect: bool = False
     """Collect the next rollout in a second thread while the learner updates (algorithms whose spec says
     ``asynchronous``)."""
+    double_buffer: bool = False
+    """Collect in two halves of the rows, overlapping the environment on one with the policy on the other
+    (:mod:`rl_gpu.collect.double_buffer`; algorithms whose spec says ``asynchronous``)."""
     make_env: Callable[[int, int], VecEnv] | None = None
     """``make_env(num_envs, seed)``: a fresh batch of the run's environment with its own reset stream, on the
     run's device, for collectors of the algorithm's own (other threads or processes, a second buffer); None

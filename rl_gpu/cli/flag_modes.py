@@ -40,7 +40,8 @@ NOT_ON_RESUME = {
 
 EVERY_MODE = frozenset({
     "env", "algo", "output", "seeds", "parallel", "num_envs", "num_steps", "learning_rate", "anneal_lr",
-    "lr_schedule", "precision", "async_collect", "hidden_sizes", "policy", "memory", "normalize_obs", "init_log_std", "min_updates", "max_updates", "total_timesteps",
+    "lr_schedule", "precision", "async_collect", "double_buffer", "hidden_sizes", "policy", "memory", "normalize_obs",
+    "init_log_std", "min_updates", "max_updates", "total_timesteps",
     "eval_every", "eval_episodes", "final_eval_episodes", "consecutive_passes", "success_z", "solve_threshold",
     "deterministic_eval", "device", "threads", "compile", "overwrite", "config", "resume", "checkpoint_every",
     "log_every", "quiet", "self_play", "algo_params",

@@ -96,9 +96,36 @@ def rollout_step(
 ) -> tuple[StepCarry, StepRecord]:
     """One batched step of a rollout as a pure function: actions from the pre-drawn ``noise`` (``[N, ...]``),
     the environment's transition with ``reset_inner`` (``[N, ...]``) as the start of rows that finish, and the
-    step's record. The same arithmetic, in the same order, as one iteration of :func:`collect`."""
-    out = policy.act(carry.obs, carry.action_mask, None, deterministic, noise=noise,
-                     **critic_kwargs(carry.critic_obs))
+    step's record. The same arithmetic, in the same order, as one iteration of :func:`collect`: the policy's
+    half (:func:`rollout_act`), then the environment's (:func:`rollout_advance`)."""
+    out = rollout_act(policy, carry, noise, deterministic=deterministic)
+    return rollout_advance(policy, opponent, env, carry, out, opponent_noise, reset_inner, learner_seat,
+                           episodic=episodic)
+
+
+def rollout_act(policy: Actor, carry: StepCarry, noise: Tensor | None, *, deterministic: bool):
+    """The learner's action, log-probability and value for ``carry``'s observations (the policy's half of
+    :func:`rollout_step`)."""
+    return policy.act(carry.obs, carry.action_mask, None, deterministic, noise=noise,
+                      **critic_kwargs(carry.critic_obs))
+
+
+def rollout_advance(
+    policy: Actor,
+    opponent: Actor,
+    env: FunctionalEnv,
+    carry: StepCarry,
+    out,
+    opponent_noise: Tensor | None,
+    reset_inner: tuple,
+    learner_seat: Tensor,
+    *,
+    episodic: bool,
+    rows: slice | None = None,
+) -> tuple[StepCarry, StepRecord]:
+    """The rest of :func:`rollout_step` after the learner acted (``out``): the opponent, the environment's
+    transition and the step's record. ``rows``: the batch rows ``carry`` holds, when it holds only some
+    (:class:`~rl_gpu.collect.double_buffer.DoubleBufferedEngine`)."""
     action = out.action
     live = carry.live
     # One player, continuing: every row is live and the learner's turn at every step, so the masks below are
@@ -112,7 +139,11 @@ def rollout_step(
     if env.num_players > 1:
         other = opponent.act(carry.obs, carry.action_mask, None, noise=opponent_noise)
         action = torch.where(learner_turn, action, other.action)
-    state, step = env.step_state(carry.state, action.float() if env.is_continuous else action.long(), reset_inner)
+    action = action.float() if env.is_continuous else action.long()
+    if rows is None:
+        state, step = env.step_state(carry.state, action, reset_inner)
+    else:
+        state, step = env.step_rows(carry.state, action, reset_inner, rows)
     reward = seat_column(step.reward, learner_seat)
     ep_return = seat_column(step.episode_return, learner_seat)
     if solo:

@@ -337,6 +337,14 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         )
         return new_state, result
 
+    def step_rows(self, state: EnvState[Inner], action: Tensor, reset_inner: Inner,
+                  rows: slice) -> tuple[EnvState[Inner], StepResult]:
+        """:meth:`step_state` for the batch rows ``rows`` alone (``state``, ``action`` and ``reset_inner`` hold
+        just those rows): a double-buffered collector steps the batch in halves. Every row's transition depends on
+        that row only, so the halves give the whole batch's results; an environment that also keeps statistics per
+        row (outside the state) overrides this to update only those rows'."""
+        return self.step_state(state, action, reset_inner)
+
     def check_action(self, action: Tensor) -> None:
         """Raise ``ValueError`` if ``action`` has the wrong shape, dtype or device, or (with
         ``validate_actions``) a value out of range or illegal in its row.

@@ -86,6 +86,9 @@ class TrainConfig:
     with a copy of the policy while the learner updates on the last one, so stepping and learning overlap; the
     data is one update old (lags logged in optimizer steps, bounded by --max-policy-lag; APPO and IMPALA correct
     for it with V-trace)"""
+    double_buffer: bool = False
+    """collect in two halves of the rows (PPO, APPO, IMPALA on a single-player tensor env stepped on the CPU, e.g.
+    MuJoCo): a worker thread steps one half while the policy acts on the other; the same rollouts as without it"""
     lr_schedule: Literal["constant", "linear", "cosine", "step", "adaptive-kl"] = "constant"
     """how the learning rate moves over --max-updates (over --total-timesteps when given): linear or cosine to 0;
     step: times --lr-step-gamma every --lr-step-every of training; adaptive-kl (PPO, MAPPO, IPPO): rsl_rl's rule,

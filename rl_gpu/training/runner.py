@@ -110,6 +110,7 @@ class Trainer(CheckpointMixin):
                 memory_size=config.memory_size if config.uses_memory else 0, lstm=config.memory == "lstm",
                 compile=self._compile_mode(config),
                 opponent=self.league_of if config.self_play else None, async_collect=config.async_collect,
+                double_buffer=config.double_buffer,
             )
             self.league: League | None = None
             if config.self_play and world_size() > 1:
@@ -148,7 +149,8 @@ class Trainer(CheckpointMixin):
         if config.uses_memory:
             return "off"
         mode = resolve_compile(ranks.resolve_compile(config.compile, self.device), self.device)
-        return "inductor" if mode == "cudagraphs" and config.compile == "auto" and config.async_collect else mode
+        threaded = config.async_collect or config.double_buffer
+        return "inductor" if mode == "cudagraphs" and config.compile == "auto" and threaded else mode
 
     def league_of(self, policy) -> object:
         """Setup's opponent slot under ``--self-play``: a league of ``policy``'s snapshots; its members play."""

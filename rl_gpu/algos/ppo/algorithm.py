@@ -25,6 +25,7 @@ from rl_gpu.algos.ppo.update import (
 from rl_gpu.algos.precision import resolve_precision
 from rl_gpu.algos.schedules import LRSchedule, linear_value
 from rl_gpu.collect import host
+from rl_gpu.collect.double_buffer import DoubleBufferedEngine, double_buffer_refusal
 from rl_gpu.collect.engine import RolloutEngine, RolloutNoise
 from rl_gpu.collect.reference import collect
 from rl_gpu.core.pytree import tree_map
@@ -77,7 +78,7 @@ class PPO(LearningRateSchedule):
     def __init__(self, policy: nn.Module, config: PPOConfig, learning_rate: float, seed: int,
                  compile: str = "off", *, env: VecEnv | None = None, num_steps: int | None = None,
                  anneal_lr: bool = False, opponent_seed: int | None = None, precision: str = "fp32",
-                 async_collect: bool = False) -> None:
+                 async_collect: bool = False, double_buffer: bool = False) -> None:
         device = next(policy.parameters()).device
         self.precision = resolve_precision(precision, device)
         """``fp32``, ``bf16`` or ``fp16``: the update's networks under autocast (:mod:`rl_gpu.algos.precision`)."""
@@ -138,6 +139,8 @@ class PPO(LearningRateSchedule):
         self.policy_lag = 0
         """Versions between the policy the update learns with and the one that collected its rollout."""
         self._async = self._asynchronous(env, async_collect)
+        self.double_buffer = self._double_buffered(env, double_buffer)
+        """Collections of the bound environment run in two halves of its rows (:mod:`rl_gpu.collect.double_buffer`)."""
         lagged = self._async is not None or self.config.max_policy_lag is not None
         self.metric_names = (*UPDATE_METRICS, *(("ent_coef",) if self.ent_coef is not None else ()),
                              *(LAG_METRICS if lagged else ()), "learning_rate",
@@ -159,7 +162,7 @@ class PPO(LearningRateSchedule):
         algo = cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
                    opponent_seed=derive_seed(setup.seed, "opponent"), precision=setup.precision,
-                   async_collect=setup.async_collect)
+                   async_collect=setup.async_collect, double_buffer=setup.double_buffer)
         if setup.opponent is not None:  # the declared slot (self-play: the league of this policy's snapshots)
             algo.opponent = setup.opponent(algo.policy)
         return algo
@@ -216,9 +219,21 @@ class PPO(LearningRateSchedule):
         key = (env, num_steps, episodic)
         engine = self._engines.get(key)
         if engine is None:
-            engine = self._engines[key] = RolloutEngine(self._policy, env, num_steps, episodic=episodic,
-                                                        opponent=self.opponent, compile=self.compile)
+            if self.double_buffer and env is self.env and not episodic:
+                engine = DoubleBufferedEngine(self._policy, env, num_steps, compile=self.compile)
+            else:
+                engine = RolloutEngine(self._policy, env, num_steps, episodic=episodic, opponent=self.opponent,
+                                       compile=self.compile)
+            self._engines[key] = engine
         return engine
+
+    def _double_buffered(self, env: VecEnv | None, on: bool) -> bool:
+        refusal = on and double_buffer_refusal(env, episodic=env is not None and self.episodic(env),
+                                               recurrent=self.recurrent, asynchronous=self._async is not None,
+                                               compile=self.compile)
+        if refusal:
+            raise ValueError(refusal)
+        return on
 
     def _permutations(self, num_slots: int) -> Tensor:
         return draw_permutations(num_slots, self.config.update_epochs, self.shuffle_rng, self.device)
@@ -286,7 +301,7 @@ class PPO(LearningRateSchedule):
             self._policy_state[env] = rollout.policy_state
             rollout.all_weights_one = not episodic
             return rollout
-        if not env.spec.functional:
+        if not env.spec.functional and not (self.double_buffer and env is self.env and not episodic):
             if self.compile != "off" and host.supports(self._policy, env):
                 key = ("host", env, num_steps, episodic)
                 if key not in self._host:

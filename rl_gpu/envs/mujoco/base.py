@@ -284,16 +284,23 @@ class MujocoEnv(TensorEnv[MjInner]):
         return after, reward, terminated
 
     def step_state(self, state: EnvState[MjInner], action: Tensor, reset_inner: MjInner):
+        return self.step_rows(state, action, reset_inner, slice(None))
+
+    def step_rows(self, state: EnvState[MjInner], action: Tensor, reset_inner: MjInner, rows: slice):
         new_state, result = super().step_state(state, action, reset_inner)
         if self._term_sums is not None:
             step_terms = self._step_terms
             if not self.autoreset:
                 step_terms = torch.where(state.done.unsqueeze(1), torch.zeros_like(step_terms), step_terms)
-            sums = self._term_sums + step_terms
+            sums = self._term_sums[rows] + step_terms
             done = (result.terminated | result.truncated).unsqueeze(1)
             self._finished_terms += torch.where(done, sums, torch.zeros_like(sums)).sum(dim=0)
             self._finished_episodes += done.sum()
-            self._term_sums = torch.where(done, torch.zeros_like(sums), sums)
+            kept = torch.where(done, torch.zeros_like(sums), sums)
+            if rows == slice(None):
+                self._term_sums = kept
+            else:
+                self._term_sums[rows] = kept
         return new_state, result
 
     def reward_term_stats(self) -> dict[str, Tensor]:

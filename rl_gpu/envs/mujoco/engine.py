@@ -108,14 +108,21 @@ class MujocoEngine:
         self._rollout = mujoco.rollout.Rollout(nthread=self.num_threads)
         self._data = [mujoco.MjData(self.models[0]) for _ in range(self.num_threads)]
         self._scratch = mujoco.MjData(self.models[0])
-        n, s, lay = num_envs, frame_skip, self.layout
-        self._state = np.empty((n, s, lay.nstate))
-        self._sensordata = np.empty((n, s, self.models[0].nsensordata))
-        self._control = np.empty((n, s, lay.nu))
+        self._buffers: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        """``rows -> (state, sensordata, control)`` outputs and inputs of a rollout call of that many rows (the
+        whole batch; its halves under a double-buffered collector)."""
+        self._buffers_for(num_envs)
         self.derived = tuple(derived)
         self.derived_size = sum(getattr(self._scratch, name)[first:].size for name, first in self.derived)
         self.nsensordata = self.models[0].nsensordata
         self.dt = self.models[0].opt.timestep * frame_skip
+
+    def _buffers_for(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if rows not in self._buffers:
+            s, lay = self.frame_skip, self.layout
+            self._buffers[rows] = (np.empty((rows, s, lay.nstate)), np.empty((rows, s, self.models[0].nsensordata)),
+                                   np.empty((rows, s, lay.nu)))
+        return self._buffers[rows]
 
     @property
     def observed_size(self) -> int:
@@ -129,16 +136,17 @@ class MujocoEngine:
         ``mj_step``. MuJoCo clamps controls to the actuators' ``ctrlrange``."""
         device = physics.device
         start = np.ascontiguousarray(physics.detach().to("cpu", torch.float64).numpy())
-        self._control[:] = ctrl.detach().to("cpu", torch.float64).numpy()[:, None, :]
+        state, sensordata, control = self._buffers_for(start.shape[0])
+        control[:] = ctrl.detach().to("cpu", torch.float64).numpy()[:, None, :]
         models = self.row_models(variant)
-        self._rollout.rollout(models, self._data, start, self._control, nstep=self.frame_skip,
-                              skip_checks=True, state=self._state, sensordata=self._sensordata)
-        after = torch.from_numpy(self._state[:, -1].copy()).to(device)
+        self._rollout.rollout(models, self._data, start, control, nstep=self.frame_skip,
+                              skip_checks=True, state=state, sensordata=sensordata)
+        after = torch.from_numpy(state[:, -1].copy()).to(device)
         if not self.derived:
-            return after, torch.from_numpy(self._sensordata[:, -1].copy()).to(device)
-        before_last = start if self.frame_skip == 1 else self._state[:, -2]
-        observed = self.forward_fields(models, before_last, self._control[:, -1], substep=True)
-        observed[:, :self.nsensordata] = self._sensordata[:, -1]
+            return after, torch.from_numpy(sensordata[:, -1].copy()).to(device)
+        before_last = start if self.frame_skip == 1 else state[:, -2]
+        observed = self.forward_fields(models, before_last, control[:, -1], substep=True)
+        observed[:, :self.nsensordata] = sensordata[:, -1]
         return after, torch.from_numpy(observed).to(device)
 
     def row_models(self, variant: Tensor) -> list:

@@ -334,8 +334,8 @@ class Go1VelocityEnv(MujocoEnv):
 
     # --- tracking statistics ----------------------------------------------------------------------------
 
-    def step_state(self, state, action, reset_inner):
-        new_state, result = super().step_state(state, action, reset_inner)
+    def step_rows(self, state, action, reset_inner, rows):
+        new_state, result = super().step_rows(state, action, reset_inner, rows)
         live = torch.ones_like(state.done) if self.autoreset else ~state.done
         self._error_sums += torch.where(live.unsqueeze(1), self._step_errors, 0.0).sum(dim=0)
         self._error_count += live.sum()
