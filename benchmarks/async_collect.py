@@ -13,7 +13,9 @@ and reads from the run's files:
 Settings: ``sync-t1`` (torch on 1 thread), ``sync-t2`` (2 threads: the synchronous loop's other setting on two
 cores), ``async-t1`` (``--async``, 1 torch thread in each of the two threads), ``double-t1``
 (``--double-buffer``: the rows in two halves, the engine stepping one while the policy acts on the other; the
-synchronous loop's results, so its return is sync-t1's); ``--algo appo`` or ``impala`` for the V-trace learners.
+synchronous loop's results, so its return is sync-t1's), ``appo-async-t1`` and ``appo-decoupled-t1`` (APPO
+with ``--async``, clipping to the collecting policy or, ``--decoupled-clip``, to the learner as its update starts,
+whatever ``--algo`` says); ``--algo appo`` or ``impala`` for the V-trace learners in the other settings.
 Prints one line per run as it goes, then a table: steps/s per seed and median, the ratio of medians to the best
 synchronous setting, and the mean return with a 95% bootstrap interval over seeds.
 """
@@ -32,10 +34,14 @@ import numpy as np
 from intervals import mean_ci
 
 SETTINGS = {"sync-t1": ["--threads", "1"], "sync-t2": ["--threads", "2"], "async-t1": ["--threads", "1", "--async"],
-            "double-t1": ["--threads", "1", "--double-buffer"]}
+            "double-t1": ["--threads", "1", "--double-buffer"],
+            "appo-async-t1": ["--threads", "1", "--algo", "appo", "--async"],
+            "appo-decoupled-t1": ["--threads", "1", "--algo", "appo", "--async", "--decoupled-clip"]}
 
 
 def run(env: str, algo: str, steps: int, seed: int, flags: list[str], folder: Path) -> dict:
+    algo = flags[flags.index("--algo") + 1] if "--algo" in flags else algo  # a setting may name its own
+    flags = [f for i, f in enumerate(flags) if f != "--algo" and (i == 0 or flags[i - 1] != "--algo")]
     command = [sys.executable, "-m", "rl_gpu", "train", "--env", env, "--algo", algo, "--device", "cpu",
                "--seeds", str(seed), "--total-timesteps", str(steps), "--solve-threshold", "1e9",
                "--eval-every", "100000", "--output", str(folder), "--quiet", *flags]

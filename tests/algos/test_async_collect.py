@@ -116,3 +116,17 @@ def test_max_policy_lag_drops_the_stale_steps():
     assert dropped == [0, 2, 2]
     with pytest.raises(ValueError, match="max_policy_lag >= 4"):
         _pair(lr=1e-2, config=PPOConfig(update_epochs=2, num_minibatches=2, max_policy_lag=3), loops=(True,))
+
+
+def test_decoupled_clip_measures_the_ratio_to_the_learner_as_the_update_starts():
+    # One step per update: its ratio is the learner's own at the step (1 everywhere) when decoupled, the learner's
+    # to the collecting policy one update older otherwise.
+    kl = {}
+    for decoupled in (False, True):
+        config = APPOConfig(update_epochs=1, num_minibatches=1, decoupled_clip=decoupled)
+        appo, = _pair(lr=3e-2, cls=APPO, config=config, loops=(True,))
+        kl[decoupled] = [float(appo.iterate().learner["approx_kl"]) for _ in range(3)]
+    assert kl[True][0] == kl[False][0]  # the first rollout is not lagged: the same update
+    assert all(abs(k) < 1e-6 for k in kl[True][1:]) and all(k > 1e-5 for k in kl[False][1:])
+    with pytest.raises(ValueError, match="only with --async"):
+        _pair(lr=1e-2, cls=APPO, config=APPOConfig(decoupled_clip=True), loops=(False,))

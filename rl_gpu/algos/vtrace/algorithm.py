@@ -13,6 +13,8 @@ policy gradient ``rho_t A_t grad log pi`` (:func:`~rl_gpu.algos.vtrace.loss.impa
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor
 
@@ -44,12 +46,31 @@ class APPO(PPO):
         if self.recurrent:
             raise ValueError(f"--algo {self.name} trains feed-forward policies: a policy with memory is --algo ppo's")
         self.units.gae = self.targets
+        self._gap: tuple[Tensor, Tensor] | None = None
+        if config.decoupled_clip and (self._async is None or self.loss_fn is impala_loss):
+            raise ValueError(f"--decoupled-clip moves the clipping of a lagged rollout's ratio: --algo {self.name} "
+                             + ("does not clip" if self.loss_fn is impala_loss else "learns from lagged rollouts "
+                                "only with --async"))
+
+    def _update_body(self, rollout: Rollout, permutations: Tensor, weighted: bool = True):
+        if not (getattr(self.config, "decoupled_clip", False) and self.policy_lag > 0):
+            return super()._update_body(rollout, permutations, weighted)
+        # Decoupled clipping: the ratio's reference becomes the proximal policy (the learner now), whose
+        # log-probabilities are the collecting ones plus log_rho; V-trace still sees the gap to the collector.
+        self._gap = self.behaviour_gap(rollout)
+        try:
+            proximal = dataclasses.replace(rollout, log_prob=rollout.log_prob + self._gap[0])
+            return super()._update_body(proximal, permutations, weighted)
+        finally:
+            self._gap = None
 
     def behaviour_gap(self, batch: Rollout) -> tuple[Tensor, Tensor]:
         """``(log_rho, value)``, ``[T, N]`` each: log importance ratios of the learner's policy now to the one that
         collected ``batch``, and the learner's values of its observations. A rollout of the learner's own current
         policy (``policy_lag`` 0) needs no forward pass: 0 and the stored values. Otherwise the values after an
         episode end and after the last step stay the collecting critic's (the rollout keeps no final observations)."""
+        if self._gap is not None:  # measured once for this update (decoupled clipping)
+            return self._gap
         if self.policy_lag == 0:
             return torch.zeros_like(batch.reward), batch.value
         t, n = batch.reward.shape

@@ -19,6 +19,10 @@ class APPOConfig(PPOConfig):
     """truncation of the importance weights in V-trace's targets and advantages (IMPALA's rho-bar)"""
     c_bar: float = 1.0
     """truncation of V-trace's traces (IMPALA's c-bar)"""
+    decoupled_clip: bool = False
+    """with a lagged rollout (--async), clip the ratio to the learner's policy as the update starts rather than to
+    the collecting one (decoupled PPO, Hilton et al. 2021): the trust region around the policy that learns, the
+    importance weight to the collecting policy carried by V-trace's advantages (rho_t); no effect without lag"""
 
     def __post_init__(self) -> None:
         super().__post_init__()
