@@ -68,6 +68,7 @@ task = getattr(VmasTask, a["scenario"].upper()).get_from_yaml()
 task.config["max_steps"] = a["num_steps"]
 algorithm = MappoConfig.get_from_yaml()
 algorithm.lmbda = a["gae_lambda"]
+algorithm.use_tanh_normal = a["tanh_normal"]
 model = MlpConfig.get_from_yaml()
 model.num_cells = list(a["hidden"])
 experiment = Experiment(task=task, algorithm_config=algorithm, model_config=model, critic_model_config=model,
@@ -113,7 +114,8 @@ def benchmarl(args: argparse.Namespace, seed: int, folder: Path) -> dict:
     settings = {"scenario": args.scenario, "seed": seed, "frames": args.frames, "num_envs": args.num_envs,
                 "num_steps": args.num_steps, "epochs": args.epochs, "minibatches": args.minibatches,
                 "lr": args.lr, "gamma": args.gamma, "gae_lambda": args.gae_lambda, "hidden": args.hidden,
-                "max_grad_norm": args.max_grad_norm, "eval_episodes": args.eval_episodes, "folder": str(folder)}
+                "max_grad_norm": args.max_grad_norm, "eval_episodes": args.eval_episodes, "folder": str(folder),
+                "tanh_normal": not args.benchmarl_normal}
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = subprocess.run([args.benchmarl_python, "-c", BENCHMARL_RUN, json.dumps(settings)], check=True,
                          capture_output=True, text=True, env=env).stdout
@@ -149,6 +151,9 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=200)
     parser.add_argument("--extra", default="", help="more rl-gpu train flags for rl_gpu's side (an ablation), e.g. "
                                                      "'--no-norm-adv --no-value-norm'")
+    parser.add_argument("--benchmarl-normal", action="store_true",
+                        help="BenchMARL's policy samples a plain normal (use_tanh_normal False) instead of its "
+                             "default tanh-squashed one (an ablation)")
     parser.add_argument("--sides", nargs="+", choices=("rl_gpu", "BenchMARL"), default=["rl_gpu", "BenchMARL"])
     args = parser.parse_args()
     results: dict[str, list[dict]] = {"rl_gpu": [], "BenchMARL": []}
