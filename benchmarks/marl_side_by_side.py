@@ -34,7 +34,7 @@ TASKS = {
                   "&shared_rew=false&lidar_range=0.35&agent_radius=0.1",
     "sampling": "n_agents=3&shared_rew=false&n_gaussians=3&lidar_range=0.2&cov=0.05&collisions=true"
                 "&spawn_same_pos=false",
-    "balance": "n_agents=3",
+    "balance": "n_agents=4&random_package_pos_on_line=true&package_mass=5",
     "transport": "n_agents=4&n_packages=1&package_width=0.15&package_length=0.15&package_mass=50",
 }
 

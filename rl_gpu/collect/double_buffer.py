@@ -119,7 +119,8 @@ class DoubleBufferedEngine(RolloutEngine):
             return self._act(carry[h], None if policy_noise[h] is None else policy_noise[h][t])
 
         def advance(h: int, t: int, acted):
-            return self._advance[h](carry[h], acted, None, reset[h][t], seat[h])
+            with torch.no_grad():  # grad mode is per thread: the worker's must be off too
+                return self._advance[h](carry[h], acted, None, reset[h][t], seat[h])
 
         acted = act(0, 0)
         pending = self._worker.submit(advance, 0, 0, acted)

@@ -49,3 +49,20 @@ def test_refusals(kwargs, match):
     policy = policy_for_env(env.spec, hidden_sizes=(8,))
     with pytest.raises(ValueError, match=match):
         PPO(policy, PPOConfig(num_minibatches=1), 1e-3, seed=0, env=env, num_steps=16, double_buffer=True, **kwargs)
+
+
+def test_the_worker_steps_without_autograd(monkeypatch):
+    # Grad mode is per thread: the worker's environment step and value head must run without it too.
+    env = make("CartPole-v1", num_envs=8, seed=0, max_episode_steps=5)
+    modes = []
+    step_rows = type(env).step_rows
+
+    def recording(self, *args):
+        modes.append(torch.is_grad_enabled())
+        return step_rows(self, *args)
+
+    monkeypatch.setattr(type(env), "step_rows", recording)
+    policy = policy_for_env(env.spec, hidden_sizes=(8,))
+    algo = PPO(policy, PPOConfig(num_minibatches=1), 1e-3, seed=0, env=env, num_steps=8, double_buffer=True)
+    algo.collect()
+    assert len(modes) == 16 and not any(modes)
