@@ -142,6 +142,26 @@ def test_whole_iteration_does_not_synchronise(env_id, episodic):
             rollout.episode_stats()
 
 
+@pytest.mark.parametrize("loop", ["async-appo", "double-buffer"])
+def test_threaded_loops_do_not_synchronise(loop):
+    # The guard patches torch.Tensor itself, so the collecting thread is watched too.
+    from rl_gpu.algos.vtrace.algorithm import APPO
+    from rl_gpu.algos.vtrace.config import APPOConfig
+
+    env = make("CartPole-v1", num_envs=8, seed=0)
+    policy = policy_for_env(env.spec, normalize_obs=True)
+    if loop == "async-appo":
+        algo = APPO(policy, APPOConfig(num_minibatches=2, update_epochs=2, decoupled_clip=True, max_policy_lag=6),
+                    1e-3, seed=3, env=env, num_steps=8, async_collect=True)
+    else:
+        algo = PPO(policy, PPOConfig(num_minibatches=2, update_epochs=2, max_policy_lag=2), 1e-3, seed=3, env=env,
+                   num_steps=8, double_buffer=True)
+    algo.iterate()
+    with forbid_host_sync():
+        for _ in range(2):
+            algo.iterate()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("mode", ["off", "inductor", "cudagraphs"])
