@@ -130,3 +130,20 @@ def test_decoupled_clip_measures_the_ratio_to_the_learner_as_the_update_starts()
     assert all(abs(k) < 1e-6 for k in kl[True][1:]) and all(k > 1e-5 for k in kl[False][1:])
     with pytest.raises(ValueError, match="only with --async"):
         _pair(lr=1e-2, cls=APPO, config=APPOConfig(decoupled_clip=True), loops=(False,))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_lag_bound_holds_inside_a_captured_iteration():
+    # The whole-iteration CUDA graph takes its step count from the bound as the eager update does.
+    results = {}
+    for mode in ("off", "cudagraphs"):
+        torch.manual_seed(0)
+        env = make("CartPole-v1", num_envs=8, seed=2, device="cuda")
+        policy = policy_for_env(env.spec, hidden_sizes=(16,)).cuda()
+        algo = PPO(policy, PPOConfig(update_epochs=2, num_minibatches=2, max_policy_lag=1), 1e-2, seed=5,
+                   compile=mode, env=env, num_steps=12)
+        learner = [algo.iterate().learner for _ in range(3)][-1]
+        results[mode] = (float(learner["stale_steps_dropped"]), torch.cat([p.flatten() for p in algo.policy.parameters()]))
+    assert results["off"][0] == results["cudagraphs"][0] == 2
+    assert torch.allclose(results["off"][1], results["cudagraphs"][1], atol=1e-5)

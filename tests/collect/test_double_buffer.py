@@ -40,9 +40,9 @@ def test_double_buffering_gives_the_synchronous_results(env_id, num_envs):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(env_id="RussianRoulette-v0"), "single-player"),
-    (dict(async_collect=True), "choose one"),
-    (dict(num_envs=1), "at least 2"),
+    ({"env_id": "RussianRoulette-v0"}, "single-player"),
+    ({"async_collect": True}, "choose one"),
+    ({"num_envs": 1}, "at least 2"),
 ])
 def test_refusals(kwargs, match):
     env = make(kwargs.pop("env_id", "CartPole-v1"), num_envs=kwargs.pop("num_envs", 4), seed=0)

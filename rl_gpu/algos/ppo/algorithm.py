@@ -140,7 +140,7 @@ class PPO(LearningRateSchedule):
         """Versions between the policy the update learns with and the one that collected its rollout."""
         self._async = self._asynchronous(env, async_collect)
         self.double_buffer = self._double_buffered(env, double_buffer)
-        """Collections of the bound environment run in two halves of its rows (:mod:`rl_gpu.collect.double_buffer`)."""
+        """Collections of the bound environment run in two halves of its rows (:mod:`~rl_gpu.collect.double_buffer`)."""
         lagged = self._async is not None or self.config.max_policy_lag is not None
         self.metric_names = (*UPDATE_METRICS, *(("ent_coef",) if self.ent_coef is not None else ()),
                              *(LAG_METRICS if lagged else ()), "learning_rate",
@@ -228,10 +228,9 @@ class PPO(LearningRateSchedule):
         return engine
 
     def _double_buffered(self, env: VecEnv | None, on: bool) -> bool:
-        refusal = on and double_buffer_refusal(env, episodic=env is not None and self.episodic(env),
-                                               recurrent=self.recurrent, asynchronous=self._async is not None,
-                                               compile=self.compile)
-        if refusal:
+        if on and (refusal := double_buffer_refusal(env, episodic=env is not None and self.episodic(env),
+                                                    recurrent=self.recurrent, asynchronous=self._async is not None,
+                                                    compile=self.compile)):
             raise ValueError(refusal)
         return on
 
@@ -383,6 +382,7 @@ class PPO(LearningRateSchedule):
         else:
             engine = self.engine(env, num_steps, episodic)
             check_minibatches(num_steps * env.num_envs, self.config)
+            self.units.max_steps = self._fresh_steps()
             noise = engine.draw(self.policy_rng, opponent_rng)
             permutations = self._permutations(num_steps * env.num_envs)
 
