@@ -79,8 +79,8 @@ class TrainConfig:
     --lr-schedule linear"""
     precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"
     """the update's networks under autocast (PPO, MAPPO, IPPO): bf16, or fp16 with a loss scaler kept on the device;
-    weights, optimiser, normalisers, advantages and losses stay fp32; auto: bf16 on a CUDA device that has it, else
-    fp32"""
+    weights, optimiser, normalisers, advantages and losses stay fp32; auto: bf16 for a policy with convolutions on a
+    CUDA device that has it, else fp32"""
     async_collect: bool = False
     """learn while collecting (PPO, APPO, IMPALA; --async for short): a second thread collects the next rollout
     with a copy of the policy while the learner updates on the last one, so stepping and learning overlap; the

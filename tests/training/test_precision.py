@@ -70,8 +70,15 @@ def test_the_scale_grows_after_a_run_of_finite_steps():
     assert float(scaler.scale) == 8.0
 
 
-def test_auto_is_fp32_on_the_cpu():
+def test_auto_is_fp32_on_the_cpu_and_for_mlps(monkeypatch):
     assert resolve_precision("auto", torch.device("cpu")) == "fp32"
+    # On a CUDA device with bf16, auto takes it only for a policy with convolutions (where it was measured to pay).
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 8))
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.Flatten())
+    assert resolve_precision("auto", torch.device("cuda"), mlp) == "fp32"
+    assert resolve_precision("auto", torch.device("cuda"), cnn) == "bf16"
+    assert resolve_precision("auto", torch.device("cpu"), cnn) == "fp32"
     with pytest.raises(ValueError, match="--precision must be one of"):
         resolve_precision("fp8", torch.device("cpu"))
 

@@ -80,7 +80,7 @@ class PPO(LearningRateSchedule):
                  anneal_lr: bool = False, opponent_seed: int | None = None, precision: str = "fp32",
                  async_collect: bool = False, double_buffer: bool = False) -> None:
         device = next(policy.parameters()).device
-        self.precision = resolve_precision(precision, device)
+        self.precision = resolve_precision(precision, device, policy)
         """``fp32``, ``bf16`` or ``fp16``: the update's networks under autocast (:mod:`rl_gpu.algos.precision`)."""
         # On the CPU, fp32 runs the networks' fast forms (the same parameters); autocast needs PyTorch's own.
         self._policy = use_cpu_kernels(policy) if self.precision == "fp32" else policy
