@@ -14,6 +14,7 @@ from rl_gpu.algos.base import COLLECTION_METRICS, Iteration, PhaseTimer, Setup, 
 from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
 from rl_gpu.algos.ppo.asynchronous import AsyncCollection
 from rl_gpu.algos.ppo.config import PPOConfig
+from rl_gpu.algos.ppo.lag import LAG_METRICS, check_async_bound, fresh_steps, lag_metrics
 from rl_gpu.algos.ppo.loss import Coefficients, ppo_loss
 from rl_gpu.algos.ppo.update import (
     UpdateMetrics,
@@ -40,9 +41,6 @@ from rl_gpu.runtime.compile import GraphedFunction, compile_unit, resolve_compil
 
 UPDATE_METRICS = ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction",
                   "explained_variance", "grad_norm")
-LAG_METRICS = ("policy_lag_min", "policy_lag", "policy_lag_max", "stale_steps_dropped")
-"""Logged with learning while collecting or a ``max_policy_lag``: lags in optimizer steps (Sample Factory's
-measure), ``policy_lag`` their mean, and the steps an update dropped as too stale."""
 
 DEFAULT_NUM_STEPS = 128
 """T for continuing tasks when the setup gives none (turn-based games default to their longest game)."""
@@ -343,23 +341,8 @@ class PPO(LearningRateSchedule):
         return self.config.update_epochs * self.config.num_minibatches
 
     def _fresh_steps(self) -> int | None:
-        """How many of the next update's steps are within ``max_policy_lag`` (None: no bound). The data is
-        ``policy_lag`` updates old, so its first step's lag is ``policy_lag * steps_per_update``, each next one 1
-        more."""
-        bound = self.config.max_policy_lag
-        if bound is None:
-            return None
-        first = self.policy_lag * self.steps_per_update
-        return max(0, min(self.steps_per_update, bound - first + 1))
-
-    def lag_metrics(self) -> dict[str, Tensor]:
-        """The last update's policy lags in optimizer steps (min, mean, max over the steps it took) and the steps
-        it dropped as too stale."""
-        first, taken = self.policy_lag * self.steps_per_update, self.units.max_steps
-        taken = self.steps_per_update if taken is None else taken
-        values = (first, first + (taken - 1) / 2, first + taken - 1, self.steps_per_update - taken)
-        row = torch.tensor(values, dtype=torch.float32, device=self.device)
-        return dict(zip(LAG_METRICS, row.unbind()))
+        """How many of the next update's steps are within ``max_policy_lag`` (:mod:`~rl_gpu.algos.ppo.lag`)."""
+        return fresh_steps(self.config.max_policy_lag, self.policy_lag, self.steps_per_update)
 
     def iterate(self, env: VecEnv | None = None, num_steps: int | None = None, *, episodic: bool | None = None,
                 opponent_rng: torch.Generator | None = None, phase: PhaseTimer = no_phase) -> Iteration:
@@ -404,11 +387,7 @@ class PPO(LearningRateSchedule):
             raise ValueError("--async-collect learns single-player tasks with a feed-forward policy, bound to its "
                              "environment (turn-based games, worlds of several agents and policies with memory "
                              "collect in the learner's thread)")
-        bound = self.config.max_policy_lag
-        if bound is not None and bound < self.steps_per_update:
-            raise ValueError(f"max_policy_lag={bound}: learning while collecting learns from data at least one "
-                             f"update ({self.steps_per_update} optimizer steps: update_epochs x num_minibatches) old, "
-                             f"so every step would be dropped; use max_policy_lag >= {self.steps_per_update}")
+        check_async_bound(self.config.max_policy_lag, self.steps_per_update)
         return AsyncCollection(self._policy, env, self.num_steps, self.compile)
 
     def _iterate_async(self, phase: PhaseTimer) -> Iteration:
@@ -434,7 +413,7 @@ class PPO(LearningRateSchedule):
         if self.ent_coef is not None:
             learner["ent_coef"] = self.ent_coef.clone()
         if LAG_METRICS[0] in self.metric_names:
-            learner.update(self.lag_metrics())
+            learner.update(lag_metrics(self.policy_lag, self.steps_per_update, self.units.max_steps, self.device))
         return learner
 
     @property

@@ -10,7 +10,7 @@ random streams and the rollout collected for the next iteration (saved with it: 
 
 The data learned from is one policy version old (0 for the first rollout); logged as lags in optimizer steps, Sample
 Factory's measure: an update of E epochs x M minibatches takes steps of lag E*M .. 2*E*M-1, and ``max_policy_lag``
-drops the steps beyond it (:meth:`~rl_gpu.algos.ppo.PPO.lag_metrics`). PPO's ratio
+drops the steps beyond it (:mod:`~rl_gpu.algos.ppo.lag`). PPO's ratio
 is taken to the collecting policy's stored log-probabilities, as Sample Factory's APPO does, and
 :class:`~rl_gpu.algos.vtrace.algorithm.APPO` / ``IMPALA`` correct the targets with V-trace
 (:meth:`~rl_gpu.algos.vtrace.algorithm.APPO.log_rho`). The random numbers of a collection are drawn from the same
