@@ -83,6 +83,7 @@ def test_torchrun_is_refused(monkeypatch):
         ranks.check_config(preset_config("LeducHoldem-v0", "neurd"))
 
 
+@pytest.mark.slow  # tests/algos/test_neurd.py's test_a_resume_is_exact checks the same state, faster
 def test_a_resumed_run_continues_exactly(tmp_path):
     pytest.importorskip("pyspiel")
     from rl_gpu.runtime.checkpoint import load_checkpoint

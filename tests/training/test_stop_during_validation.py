@@ -10,7 +10,7 @@ from rl_gpu.training.signals import Stopped
 from test_reliability import QUIET, _config, _metrics, assert_same_run  # noqa: I001 (a sibling)
 
 
-@pytest.mark.parametrize("stops", [1, 2])
+@pytest.mark.parametrize("stops", [1, pytest.param(2, marks=pytest.mark.slow)])  # a second stop: the same path again
 def test_a_stop_during_a_validation_keeps_one_line_per_update(tmp_path, monkeypatch, stops):
     (full,) = train(_config("CartPole-v1", tmp_path / "a"), log=QUIET)
     validate = Trainer.validate
