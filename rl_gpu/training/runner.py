@@ -144,8 +144,8 @@ class Trainer(CheckpointMixin):
 
     def _compile_mode(self, config: TrainConfig) -> str:
         """The loop's compile mode on this device. A policy with memory trains eagerly for now (the config refuses
-        any other explicit mode); ``auto`` with ``--async`` on CUDA is Inductor, since one CUDA graph cannot be
-        replayed by the collecting thread and the learner at once."""
+        any other explicit mode); ``auto`` with ``--async`` or ``--double-buffer`` on CUDA is Inductor, since one CUDA
+        graph cannot be replayed by two threads at once."""
         if config.uses_memory:
             return "off"
         mode = resolve_compile(ranks.resolve_compile(config.compile, self.device), self.device)

@@ -217,13 +217,17 @@ class PPO(LearningRateSchedule):
         key = (env, num_steps, episodic)
         engine = self._engines.get(key)
         if engine is None:
-            if self.double_buffer and env is self.env and not episodic:
+            if self._in_halves(env, episodic):
                 engine = DoubleBufferedEngine(self._policy, env, num_steps, compile=self.compile)
             else:
                 engine = RolloutEngine(self._policy, env, num_steps, episodic=episodic, opponent=self.opponent,
                                        compile=self.compile)
             self._engines[key] = engine
         return engine
+
+    def _in_halves(self, env: VecEnv, episodic: bool) -> bool:
+        """Whether a collection of ``env`` runs double-buffered (the bound environment's continuing rollouts)."""
+        return self.double_buffer and env is self.env and not episodic
 
     def _double_buffered(self, env: VecEnv | None, on: bool) -> bool:
         if on and (refusal := double_buffer_refusal(env, episodic=env is not None and self.episodic(env),
@@ -298,7 +302,7 @@ class PPO(LearningRateSchedule):
             self._policy_state[env] = rollout.policy_state
             rollout.all_weights_one = not episodic
             return rollout
-        if not env.spec.functional and not (self.double_buffer and env is self.env and not episodic):
+        if not env.spec.functional and not self._in_halves(env, episodic):
             if self.compile != "off" and host.supports(self._policy, env):
                 key = ("host", env, num_steps, episodic)
                 if key not in self._host:

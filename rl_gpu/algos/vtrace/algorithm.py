@@ -53,7 +53,7 @@ class APPO(PPO):
                                 "only with --async"))
 
     def _update_body(self, rollout: Rollout, permutations: Tensor, weighted: bool = True):
-        if not (getattr(self.config, "decoupled_clip", False) and self.policy_lag > 0):
+        if not (self.config.decoupled_clip and self.policy_lag > 0):
             return super()._update_body(rollout, permutations, weighted)
         # Decoupled clipping: the ratio's reference becomes the proximal policy (the learner now), whose
         # log-probabilities are the collecting ones plus log_rho; V-trace still sees the gap to the collector.
