@@ -2,6 +2,10 @@
 against the same K runs one after another, in one process: total transitions per second of each, and the ratio.
 
     nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/python benchmarks/population.py [--members 16] [--num-envs 256]
+    ... benchmarks/population.py --env vmas:navigation --members 4 --num-envs 128 --num-steps 96
+
+With ``--env vmas:<scenario>`` the runs are MAPPO (``PopulationMAPPO``, VMAS installed), N worlds per member and
+a transition being one world step.
 
 Both sides run the same members (same seeds, same hyper-parameters: the CartPole preset's, T = 128, 16
 minibatches, 4 epochs), eagerly, on one CPU thread; each side runs one warm-up iteration, then ``--iterations``
@@ -27,6 +31,9 @@ import time
 import torch
 
 from rl_gpu.algos.base import Setup
+from rl_gpu.algos.mappo.algorithm import MAPPO
+from rl_gpu.algos.mappo.config import MAPPOConfig
+from rl_gpu.algos.population.mappo import PopulationMAPPO
 from rl_gpu.algos.population.ppo import PopulationPPO
 from rl_gpu.algos.ppo.algorithm import PPO
 from rl_gpu.algos.ppo.config import PPOConfig
@@ -40,16 +47,18 @@ MINIBATCHES = 16
 """The CartPole preset's minibatches per epoch."""
 
 
-def member(seed: int, num_envs: int, num_steps: int, config: PPOConfig) -> PPO:
+def member(seed: int, num_envs: int, num_steps: int, config: PPOConfig, env_id: str = ENV) -> PPO:
     """Member ``seed`` built as a lone run builds it (the runner's seeding)."""
     torch.manual_seed(derive_seed(seed, "torch"))
-    env = make(ENV, num_envs=num_envs, device="cpu", seed=derive_seed(seed, "train-env"), validate_actions=False)
-    return PPO.from_setup(Setup(env=env, seed=seed, num_steps=num_steps, learning_rate=1e-3, anneal_lr=False),
-                          config)
+    env = make(env_id, num_envs=num_envs, device="cpu", seed=derive_seed(seed, "train-env"), validate_actions=False)
+    algo = MAPPO if env_id.startswith("vmas:") else PPO
+    return algo.from_setup(Setup(env=env, seed=seed, num_steps=num_steps, learning_rate=1e-3, anneal_lr=False),
+                           config)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default=ENV, help="CartPole-v1 (PPO) or vmas:<scenario> (MAPPO)")
     parser.add_argument("--members", type=bounded_int(1, 1024), default=16, help="K")
     parser.add_argument("--num-envs", type=bounded_int(1, 1 << 20), default=256, help="N, rows per member")
     parser.add_argument("--num-steps", type=bounded_int(MINIBATCHES, 1 << 16), default=128,
@@ -64,14 +73,16 @@ def main() -> None:
         parser.error(f"--num-steps must be a multiple of {MINIBATCHES}, got {args.num_steps}")
     torch.set_num_threads(args.threads)
     keep_freed_host_memory()  # as rl-gpu train and bench do
-    config = PPOConfig(num_minibatches=MINIBATCHES, update_epochs=4, ent_coef=0.01)
+    multi_agent = args.env.startswith("vmas:")
+    config = (MAPPOConfig(num_minibatches=MINIBATCHES, update_epochs=4, ent_coef=0.0) if multi_agent
+              else PPOConfig(num_minibatches=MINIBATCHES, update_epochs=4, ent_coef=0.01))
     seeds = range(1, args.members + 1)
     transitions = args.members * args.num_envs * args.num_steps * args.iterations
 
-    lone = [member(seed, args.num_envs, args.num_steps, config) for seed in seeds]
-    members = [member(seed, args.num_envs, args.num_steps, config) for seed in seeds]
-    stepper = make(ENV, num_envs=args.members * args.num_envs, device="cpu", seed=0, validate_actions=False)
-    population = PopulationPPO(members, stepper)
+    lone = [member(seed, args.num_envs, args.num_steps, config, args.env) for seed in seeds]
+    members = [member(seed, args.num_envs, args.num_steps, config, args.env) for seed in seeds]
+    stepper = make(args.env, num_envs=args.members * args.num_envs, device="cpu", seed=0, validate_actions=False)
+    population = (PopulationMAPPO if multi_agent else PopulationPPO)(members, stepper)
     for run in lone:
         run.iterate()
     population.iterate()
@@ -85,7 +96,7 @@ def main() -> None:
         rounds.append((middle - start, time.perf_counter() - middle))
     sequential, parallel = (sum(r[i] for r in rounds) for i in (0, 1))
 
-    print(f"{ENV}: K={args.members} members x N={args.num_envs} rows x T={args.num_steps} steps, "
+    print(f"{args.env}: K={args.members} members x N={args.num_envs} rows x T={args.num_steps} steps, "
           f"{args.iterations} alternating timed rounds, torch threads: {torch.get_num_threads()}")
     print(f"  one after another: {transitions / sequential:10.0f} transitions/s ({sequential:.1f} s)")
     print(f"  population       : {transitions / parallel:10.0f} transitions/s ({parallel:.1f} s)")
@@ -93,14 +104,14 @@ def main() -> None:
     print(f"  speed-up: {sequential / parallel:.2f}x (by round: " + ", ".join(f"{r:.2f}x" for r in per_round)
           + f"; median {statistics.median(per_round):.2f}x)")
     if args.per_call_rounds:
-        per_call_estimate(args.num_envs, args.num_steps, config, args.per_call_rounds)
+        per_call_estimate(args.num_envs, args.num_steps, config, args.per_call_rounds, args.env)
         product_rates(args.members, args.num_envs * args.num_steps // config.num_minibatches)
 
 
-def per_call_estimate(num_envs: int, num_steps: int, config: PPOConfig, rounds: int) -> None:
+def per_call_estimate(num_envs: int, num_steps: int, config: PPOConfig, rounds: int, env_id: str = ENV) -> None:
     """Print ``T_N``, ``T_1`` and ``T_N / (T_N - T_1)`` (module docstring), medians of ``rounds``
     alternating iterations of member 1 at N rows and at 1 row, after one warm-up each."""
-    runs = {n: member(1, n, num_steps, config) for n in (num_envs, 1)}
+    runs = {n: member(1, n, num_steps, config, env_id) for n in (num_envs, 1)}
     times: dict[int, list[float]] = {n: [] for n in runs}
     for i in range(rounds + 1):
         for n, run in runs.items():

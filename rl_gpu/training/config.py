@@ -56,9 +56,10 @@ class TrainConfig:
     seeds: tuple[int, ...] = (11,)
     """one independent run per seed"""
     parallel: bool = False
-    """PPO: train every seed at once in one process, each layer of the seeds' networks run as one batched call
-    over K x --num-envs rows; each seed keeps its own rows, random streams, optimiser, validations, early stop
-    and OUTPUT/seed-N/ files, equal to its lone run up to rounding (a seed's last.pt resumes alone)"""
+    """PPO, MAPPO, IPPO: train every seed at once in one process, each layer of the seeds' networks run as one
+    batched call over K x --num-envs rows; each seed keeps its own rows, random streams, optimiser, validations,
+    early stop and OUTPUT/seed-N/ files, equal to its lone run up to rounding (MAPPO and IPPO: in distribution,
+    the worlds being drawn from the shared batch; a seed's last.pt resumes alone)"""
     pbt: bool = False
     """with --parallel and at least 4 seeds: population-based training; the seeds start from learning rates,
     ent_coef and clip_coef spread log-uniformly over [x/2, 2x] around the configured x, and every --pbt-interval

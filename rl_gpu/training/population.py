@@ -161,9 +161,7 @@ class MemberTrainer(Trainer):
 def check_population(config: TrainConfig) -> None:
     """Refuse what a population cannot run, before anything is written."""
     spec = algorithm_spec(config.algo)
-    if not spec.population:
-        raise UsageError(f"--parallel trains populations of PPO only, not --algo {config.algo}: without "
-                         "--parallel the seeds run one after another")
+    spec.check_run(config)  # names the algorithms that train populations when this one does not
     if config.pbt and not spec.pbt:
         raise UsageError(f"--pbt: --algo {config.algo} has no population-based training")
     if config.self_play:

@@ -162,7 +162,7 @@ def test_its_flags_and_refusals_come_from_its_spec(toy, tmp_path, train, call_ma
     assert "--clip-coef" not in out  # PPO's section is not this run's
     for args, needle in [(["--toy-gamma", "2"], "--toy-gamma must be in [0, 1]"),
                          (["--compile", "inductor"], "--compile inductor does not apply to --algo toy"),
-                         (["--parallel", "--seeds", "1", "2"], "--parallel trains populations of PPO only"),
+                         (["--parallel", "--seeds", "1", "2"], "--parallel trains populations of PPO or MAPPO or IPPO only"),
                          (["--clip-coef", "0.1"], "--clip-coef"),
                          (["--lr-schedule", "cosine"], "--lr-schedule cosine does not apply to --algo toy")]:
         code, _, err = train(*args, "--max-updates", "2", "--output", tmp_path / "refused")

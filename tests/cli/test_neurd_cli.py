@@ -53,7 +53,7 @@ def test_a_short_leduc_run_measures_exploitability_and_resumes(tmp_path):
     (["--num-steps", "8"], "--num-steps does not apply to --algo neurd"),
     (["--env", "RussianRoulette-v0"], "does not list its chance outcomes"),
     (["--env", "CartPole-v1"], "--algo neurd needs a two-player game; CartPole-v1 has 1 player"),
-    (["--parallel", "--seeds", "1", "2"], "--parallel trains populations of PPO only"),
+    (["--parallel", "--seeds", "1", "2"], "--parallel trains populations of PPO or MAPPO or IPPO only"),
     (["--logit-threshold", "0"], "logit_threshold=0.0"),
 ])
 def test_what_it_cannot_run_is_refused_before_anything_is_written(tmp_path, extra, message):

@@ -79,7 +79,7 @@ def test_pbt_writes_its_lineage_and_its_members_do_not_resume_alone(tmp_path):
 
 def test_population_of_an_off_policy_algorithm_is_refused(tmp_path):
     refused(["--env", "Pendulum-v1", "--algo", "sac", "--parallel", "--seeds", "1", "2", "--output",
-             str(tmp_path / "r")], "--parallel trains populations of PPO only")
+             str(tmp_path / "r")], "--parallel trains populations of PPO or MAPPO or IPPO only")
     assert not (tmp_path / "r").exists()
 
 

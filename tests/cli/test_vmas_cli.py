@@ -46,11 +46,31 @@ def test_a_short_mappo_run_trains_evaluates_films_exports_and_resumes(tmp_path):
     assert [r["update"] for r in lines if "loss" in r] == [1, 2, 3]
 
 
+def test_seeds_in_parallel_each_keep_a_lone_runs_files_and_resume_alone(tmp_path):
+    out = tmp_path / "nav"
+    args = [a if a != "3" else "4" for a in TINY]  # --seeds 4 5
+    code, text, err = call_main(main, "--algo", "mappo", *args, "5", "--parallel", "--output", out)
+    assert code == 0, err
+    assert "population of 2 seeds" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["parallel"] is True
+    for seed in (4, 5):
+        lines = [json.loads(x) for x in (out / f"seed-{seed}" / "metrics.jsonl").read_text().splitlines()]
+        updates = [r for r in lines if "loss" in r]
+        assert [r["global_step"] for r in updates] == [40, 80]  # each member's own 4 worlds x 10 steps
+        policy, _ = load_policy(out / f"seed-{seed}" / "best.pt")
+        assert policy.act(torch.zeros(3, 18), deterministic=True).action.shape == (3, 2)
+    code, _, err = call_main(main, "--resume", out / "seed-4", "--max-updates", "3")
+    assert code == 0, err
+
+
 @pytest.mark.parametrize("args, needles", [
     (["--algo", "ppo", "--env", "vmas:navigation"], ["4 agents acting at once", "--algo mappo", "ippo"]),
     (["--algo", "mappo", "--env", "CartPole-v1"], ["one agent per row", "--algo ppo"]),
     (["--algo", "mappo", "--env", "vmas:no_such_scenario"], ["no such VMAS scenario", "navigation"]),
     (["--algo", "mappo", "--env", "vmas:navigation", "--compile", "cudagraphs"], ["--compile cudagraphs"]),
+    (["--algo", "mappo", "--env", "vmas:navigation", "--parallel", "--no-share-params", "--seeds", "1", "2"],
+     ["--parallel", "--no-share-params"]),
 ])
 def test_what_cannot_work_is_one_line_exit_2(tmp_path, args, needles):
     out = tmp_path / "never"

@@ -103,9 +103,7 @@ class PopulationPPO:
                 raise ValueError("population members must have the same environment, N and T")
             if dataclasses.replace(m.config, ent_coef=0.0, clip_coef=1.0) != shared:
                 raise ValueError("population members may differ only in " + ", ".join(HYPER_PARAMETERS))
-            if not m.env.spec.functional:
-                raise ValueError(f"{type(m.env).__name__} is stepped on the host: a population needs a tensor "
-                                 "environment it can step as one batch")
+            self._check_member(m)
         if stepper.num_envs != len(members) * n:
             raise ValueError(f"the stepping environment has {stepper.num_envs} rows, not K * N = "
                              f"{len(members)} * {n}")
@@ -113,14 +111,16 @@ class PopulationPPO:
         self.k, self.n, self.num_steps = len(members), n, t
         self.config = first.config
         self.device = first.device
+        self.cols = first.rows_of(first.env)
+        """Columns of a member in the rollouts its update learns from (N; N * M agent rows for a multi-agent
+        learner)."""
         self.episodic = PPO.episodic(first.env)
         self.weighted = self.episodic or first.env.spec.num_players > 1
-        check_minibatches(t * n, self.config)
+        check_minibatches(t * self.cols, self.config)
         self.stacked = StackedModules([m.policy for m in members])
         self.actor = StackedActor(self.stacked)
         self.stepper = stepper
-        self.engine = RolloutEngine(self.actor, stepper, t, episodic=self.episodic)
-        self.storage = self.engine.empty_rollout()
+        self._build_collection()
         self.ent_coef = torch.tensor([m.config.ent_coef for m in members], device=self.device)
         self.clip_coef = torch.tensor([m.config.clip_coef for m in members], device=self.device)
         self.per_member_coefficients = any(m.config != first.config for m in members)
@@ -128,6 +128,18 @@ class PopulationPPO:
         while False it reads the shared configuration's floats, exactly as a lone run does."""
         self.metric_names = (*UPDATE_METRICS, "learning_rate", *COLLECTION_METRICS)
         self._frozen_noise: dict[int, RolloutNoise] = {}
+
+    @staticmethod
+    def _check_member(member: PPO) -> None:
+        """Refuse a member this population cannot train (``ValueError``)."""
+        if not member.env.spec.functional:
+            raise ValueError(f"{type(member.env).__name__} is stepped on the host: a population needs a tensor "
+                             "environment it can step as one batch")
+
+    def _build_collection(self) -> None:
+        """The rollout engine over the ``K * N``-row stepper and its reused storage."""
+        self.engine = RolloutEngine(self.actor, self.stepper, self.num_steps, episodic=self.episodic)
+        self.storage = self.engine.empty_rollout()
 
     # -- hyper-parameters ---------------------------------------------------------------------------------------
 
@@ -225,11 +237,19 @@ class PopulationPPO:
         weight = rollout.weight if self.weighted else None
         parts = []
         for i, m in enumerate(self.members):
-            cols = slice(i * self.n, (i + 1) * self.n)
+            cols = slice(i * self.cols, (i + 1) * self.cols)
             normalizer = m.reward_normalizer  # built with the member (bound to its environment)
             parts.append(normalizer.normalize(reward[:, cols], rollout.done[:, cols],
                                               None if weight is None else weight[:, cols]))
         return torch.cat(parts, 1)
+
+    def _advantages(self, rollout: Rollout, reward: Tensor, active: Sequence[bool]) -> tuple[Tensor, Tensor]:
+        """``(advantage, returns)``, ``[T, K * cols]`` each: GAE over every member's columns at once."""
+        config = self.config
+        return compute_gae(
+            reward * config.reward_scale, rollout.value, rollout.terminated, rollout.truncated,
+            rollout.final_value, rollout.bootstrap_value, config.gamma, config.gae_lambda,
+            rollout.weight if self.weighted else None)
 
     def _loss(self, state: dict[str, Tensor], mb: dict[str, Tensor | None], ent_coef: Tensor,
               clip_coef: Tensor) -> tuple[Tensor, Tensor]:
@@ -238,8 +258,9 @@ class PopulationPPO:
 
         class _Member:
             @staticmethod
-            def evaluate(*args: Tensor) -> Any:
-                return stacked.call_member("evaluate", state, *args)
+            def evaluate(obs: Tensor, action: Tensor, action_mask: Tensor | None,
+                         critic_obs: Tensor | None = None) -> Any:
+                return stacked.call_member("evaluate", state, obs, action, action_mask, critic_obs)
 
         config = Coefficients(self.config, ent_coef, clip_coef) if self.per_member_coefficients else self.config
         mb = {"action_mask": None, "weight": None, **mb}
@@ -264,11 +285,7 @@ class PopulationPPO:
     def update(self, rollout: Rollout, active: Sequence[bool]) -> dict[str, Tensor]:
         """One PPO update of every active member on its columns of ``rollout``; ``[K]`` metrics."""
         config, k, device = self.config, self.k, self.device
-        reward = self._rewards(rollout)
-        advantage, returns = compute_gae(
-            reward * config.reward_scale, rollout.value, rollout.terminated, rollout.truncated,
-            rollout.final_value, rollout.bootstrap_value, config.gamma, config.gae_lambda,
-            rollout.weight if self.weighted else None)
+        advantage, returns = self._advantages(rollout, self._rewards(rollout), active)
         continuous = self.actor.is_continuous
         flat = {
             "obs": _per_member(rollout.obs, k), "action": _per_member(rollout.action, k),
@@ -279,7 +296,7 @@ class PopulationPPO:
         }
         if rollout.critic_obs is not None:
             flat["critic_obs"] = _per_member(rollout.critic_obs, k)
-        size = self.num_steps * self.n
+        size = self.num_steps * self.cols
         mb_size = size // config.num_minibatches
         permutations = torch.stack([
             draw_permutations(size, config.update_epochs, m.shuffle_rng, device) if on
@@ -320,7 +337,7 @@ class PopulationPPO:
             ev = torch.func.vmap(explained_variance)(flat["value"], flat["returns"], weight)
         for i, m in enumerate(self.members):
             if active[i]:
-                cols = slice(i * self.n, (i + 1) * self.n)
+                cols = slice(i * self.cols, (i + 1) * self.cols)
                 extra = {} if rollout.critic_obs is None else {"critic_obs": rollout.critic_obs[:, cols]}
                 m.policy.update_normalizer(rollout.obs[:, cols], rollout.live[:, cols].float(), **extra)
         return {"explained_variance": ev, **{name: means[:, i] for i, name in enumerate(MINIBATCH_ROW)}}
