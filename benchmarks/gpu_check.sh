@@ -8,8 +8,8 @@
 #      (V-trace on a one-version-old rollout), SAC --compile cudagraphs on Pendulum-v1;
 #   B. timings, one stage at a time on a quiet GPU: rl-gpu bench on CartPole-v1 at N=65536 (eager vs Inductor vs
 #      CUDA graphs: env-only, env + inference, full training); SAC and TD3 iterations at N=4096
-#      (gpu_check_offpolicy.py); the policy layer (CNN on MinAtar frames in three modes, a GRU, the host
-#      collector's compiled policy half: gpu_check_policies.py); bf16 and fp16 against fp32 for PPO's update
+#      (gpu_check_offpolicy.py); the policy layer (CNN on MinAtar frames in three modes, the host collector's
+#      compiled policy half: gpu_check_policies.py; PPO with a GRU eager vs graph-captured: its memory stage); bf16 and fp16 against fp32 for PPO's update
 #      (precision.py at 4096 envs); MAPPO on vmas:navigation at N=32768 worlds (gpu_check_mappo.py; skipped
 #      without VMAS); data-parallel PPO under torchrun (distributed_throughput.py); MuJoCo Warp when installed.
 # Prints one table at the end (stage, exit, seconds, its last line); each stage's output is in $OUT/<stage>.txt.
@@ -43,25 +43,27 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT
 TRAIN=(--device cuda --eval-episodes 64 --final-eval-episodes 64 --seeds 1 --overwrite)
 
 # Phase A: checks side by side.
-stage pytest_gpu 150 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs -n 6 --durations=15 &
+stage pytest_gpu 125 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs -n 6 --durations=15 &
 tests=$!
 stage train_cudagraphs 50 "$PY" -m rl_gpu train --env CartPole-v1 --compile cudagraphs --num-envs 4096 \
     --num-steps 16 --total-timesteps 524288 --eval-every 4 --output "$OUT/train" "${TRAIN[@]}"
-stage train_appo_async 50 "$PY" -m rl_gpu train --env CartPole-v1 --algo appo --async --num-envs 4096 \
+stage train_appo_async 40 "$PY" -m rl_gpu train --env CartPole-v1 --algo appo --async --num-envs 4096 \
     --num-steps 16 --total-timesteps 524288 --eval-every 4 --output "$OUT/train_appo" "${TRAIN[@]}"
-stage train_sac_cudagraphs 45 "$PY" -m rl_gpu train --algo sac --env Pendulum-v1 --compile cudagraphs \
+stage train_sac_cudagraphs 35 "$PY" -m rl_gpu train --algo sac --env Pendulum-v1 --compile cudagraphs \
     --num-envs 1024 --num-steps 2 --learning-starts 2048 --batch-size 4096 --total-timesteps 24576 \
     --eval-every 6 --output "$OUT/train_sac" "${TRAIN[@]}"
 wait "$tests"
 
 # Phase B: timings, one at a time.
-stage bench_cartpole 60 "$PY" -m rl_gpu bench --env CartPole-v1 --device cuda --num-envs 65536 \
+stage bench_cartpole 55 "$PY" -m rl_gpu bench --env CartPole-v1 --device cuda --num-envs 65536 \
     --compile off inductor cudagraphs --repeats 3 --output "$OUT/bench_cartpole.json"
 stage offpolicy 45 "$PY" benchmarks/gpu_check_offpolicy.py --num-envs 4096 --iterations 10 --repeats 3 \
     --output "$OUT/offpolicy.json"
 stage policies 90 "$PY" benchmarks/gpu_check_policies.py --device cuda --calls 2 --rounds 2 \
-    --output "$OUT/policies.json"
-stage precision 30 "$PY" benchmarks/precision.py --device cuda --num-envs 4096 --rounds 3 --precisions bf16 fp16
+    --rows cnn breakout breakout-bf16 breakout-fp16 host --output "$OUT/policies.json"
+stage memory 35 "$PY" benchmarks/gpu_check_policies.py --device cuda --calls 2 --rounds 2 --rows gru \
+    --output "$OUT/memory.json"
+stage precision 25 "$PY" benchmarks/precision.py --device cuda --num-envs 4096 --rounds 3 --precisions bf16 fp16
 if "$PY" -c "import vmas" 2>/dev/null; then
     stage mappo_vmas 60 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 32768 --num-steps 32 \
         --iterations 2 --rounds 2 --output "$OUT/mappo_vmas.json"

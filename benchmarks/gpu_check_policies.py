@@ -7,9 +7,11 @@ host collector's compiled policy half, each timed as whole PPO iterations or col
 Rows: ``cnn``: PPO on a 10x10x4 bool-frame task (``rl_gpu.envs.testing.frames``: a dot to locate, MinAtar's frame
 size) with the composed policy's CNN, eager / inductor / cudagraphs (CUDA only); ``breakout``: the same on
 MinAtar-Breakout-v1 (the real game, bool frames), and ``breakout-bf16`` / ``breakout-fp16`` with ``--precision``
-(compare their steps/s with ``breakout``'s); ``gru``: PPO with ``memory_size=64`` on CartPoleNoVel-v1 (eager:
-recurrent PPO is not compiled yet); ``host``: PPO's collection of ``gym:CartPole-v1`` (Gymnasium on the host, the
-policy on the device), eager against the compiled policy half. One table at the end; figures are env steps/s.
+(compare their steps/s with ``breakout``'s); ``gru``: PPO with ``memory_size=64`` on CartPoleNoVel-v1, eager
+against the compiled mode (CUDA graphs on CUDA: the whole iteration captured, the memory's step compiled);
+``host``: PPO's collection of ``gym:CartPole-v1`` (Gymnasium on the host, the policy on the device), eager against
+the compiled policy half. ``--rows`` picks some rows (gpu_check.sh times ``gru`` in a stage of its own). One table
+at the end; figures are env steps/s.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def builders(args: argparse.Namespace, device: torch.device) -> dict[str, tuple]
     return {"cnn": (cnn, n * t, compiled), "breakout": (breakout, n * t, fast),
             "breakout-bf16": (lambda mode: breakout(mode, "bf16"), n * t, fast),
             "breakout-fp16": (lambda mode: breakout(mode, "fp16"), n * t, fast),
-            "gru": (gru, n * t, ("off",)),
+            "gru": (gru, n * t, fast),
             "host": (host, args.host_envs * t, ("off", compiled[-1]))}
 
 
@@ -91,10 +93,17 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--output", default=None, help="write the figures here as JSON")
+    parser.add_argument("--rows", nargs="+", default=None, help="only these rows (default: all)")
     args = parser.parse_args()
     device = torch.device(args.device)
+    rows = builders(args, device)
+    unknown = set(args.rows or ()) - set(rows)
+    if unknown:
+        parser.error(f"unknown rows {sorted(unknown)}; the rows are {', '.join(rows)}")
     figures: dict[str, dict[str, list[float]]] = {}
-    for row, (build, steps, modes) in builders(args, device).items():
+    for row, (build, steps, modes) in rows.items():
+        if args.rows and row not in args.rows:
+            continue
         calls = {mode: build(mode) for mode in modes}
         figures[row] = {mode: [] for mode in modes}
         for r in range(args.rounds):

@@ -26,6 +26,7 @@ from rl_gpu.data.rollout import Rollout, empty_rollout
 from rl_gpu.envs.base import EnvState
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
+from rl_gpu.nn.memory import is_recurrent, reset_state
 from rl_gpu.runtime.compile import CompileMode, compile_unit
 
 
@@ -60,6 +61,10 @@ class StepCarry(NamedTuple):
     live: Tensor
     critic_obs: Tensor | None = None
     """``[N, C]``: the ``critic`` group's observation (environments with one), else None."""
+    policy_state: Tensor | None = None
+    """A recurrent learner's state before ``obs`` (:mod:`rl_gpu.nn.memory`), else None."""
+    initial_state: Tensor | None = None
+    """A recurrent learner's state of fresh episodes: what the rows that finish are reset to."""
 
 
 class StepRecord(NamedTuple):
@@ -97,10 +102,16 @@ def rollout_step(
     """One batched step of a rollout as a pure function: actions from the pre-drawn ``noise`` (``[N, ...]``),
     the environment's transition with ``reset_inner`` (``[N, ...]``) as the start of rows that finish, and the
     step's record. The same arithmetic, in the same order, as one iteration of :func:`collect`: the policy's
-    half (:func:`rollout_act`), then the environment's (:func:`rollout_advance`)."""
-    out = rollout_act(policy, carry, noise, deterministic=deterministic)
+    half (:func:`rollout_act`), then the environment's (:func:`rollout_advance`). A recurrent learner acts from
+    ``carry.policy_state`` and hands on the state after this step, reset where the episode ended."""
+    if carry.policy_state is None:
+        out = rollout_act(policy, carry, noise, deterministic=deterministic)
+        return rollout_advance(policy, opponent, env, carry, out, opponent_noise, reset_inner, learner_seat,
+                               episodic=episodic)
+    out, after = policy.act_with_state(carry.obs, carry.policy_state, carry.action_mask, None, deterministic,
+                                       noise=noise, **critic_kwargs(carry.critic_obs))
     return rollout_advance(policy, opponent, env, carry, out, opponent_noise, reset_inner, learner_seat,
-                           episodic=episodic)
+                           episodic=episodic, after=after)
 
 
 def rollout_act(policy: Actor, carry: StepCarry, noise: Tensor | None, *, deterministic: bool):
@@ -122,10 +133,12 @@ def rollout_advance(
     *,
     episodic: bool,
     rows: slice | None = None,
+    after: Tensor | None = None,
 ) -> tuple[StepCarry, StepRecord]:
     """The rest of :func:`rollout_step` after the learner acted (``out``): the opponent, the environment's
     transition and the step's record. ``rows``: the batch rows ``carry`` holds, when it holds only some
-    (:class:`~rl_gpu.collect.double_buffer.DoubleBufferedEngine`)."""
+    (:class:`~rl_gpu.collect.double_buffer.DoubleBufferedEngine`). ``after``: a recurrent learner's state after
+    this step's observation (single-player tasks)."""
     action = out.action
     live = carry.live
     # One player, continuing: every row is live and the learner's turn at every step, so the masks below are
@@ -152,8 +165,10 @@ def rollout_advance(
         terminated, truncated = step.terminated & live, step.truncated & live
         reward = torch.where(live, reward, 0.0)
     if env.max_episode_steps is not None:
-        final_value = torch.where(
-            truncated, policy.value(step.final_obs, **critic_kwargs(step.final_critic_obs)), 0.0)
+        final_critic = critic_kwargs(step.final_critic_obs)
+        final = (policy.value(step.final_obs, **final_critic) if after is None
+                 else policy.value_with_state(step.final_obs, after, **final_critic))
+        final_value = torch.where(truncated, final, 0.0)
     else:
         final_value = torch.zeros_like(reward)
     done = terminated | truncated
@@ -174,7 +189,9 @@ def rollout_advance(
         critic_obs=carry.critic_obs,
     )
     next_live = live & ~done if episodic else live
-    return StepCarry(state, step.obs, step.action_mask, step.current_player, next_live, step.critic_obs), record
+    memory = None if after is None else reset_state(step.terminated | step.truncated, carry.initial_state, after)
+    return StepCarry(state, step.obs, step.action_mask, step.current_player, next_live, step.critic_obs, memory,
+                     carry.initial_state), record
 
 
 def action_noise(actor: Actor, env: VecEnv, generator: torch.Generator | None) -> Tensor:
@@ -226,6 +243,9 @@ class RolloutEngine:
             )
         if num_steps <= 0:
             raise ValueError(f"num_steps must be positive, got {num_steps}")
+        self.recurrent = is_recurrent(policy)
+        if self.recurrent and env.num_players > 1:
+            raise ValueError("the rollout engine collects a policy with memory on single-player tasks only")
         self.policy = policy
         self.env = env
         self.num_steps = num_steps
@@ -235,7 +255,8 @@ class RolloutEngine:
         self.compile = compile
         step = partial(rollout_step, policy, self.opponent, env, deterministic=deterministic, episodic=episodic)
         self._step = compile_unit(step, compile)
-        self._value = compile_unit(policy.value, compile) if not episodic else None
+        value = policy.value_with_state if self.recurrent else policy.value
+        self._value = compile_unit(value, compile) if not episodic else None
 
     def _noise(self, actor: Actor, generator: torch.Generator | None) -> Tensor:
         return action_noise(actor, self.env, generator)
@@ -261,10 +282,13 @@ class RolloutEngine:
 
     @torch.no_grad()
     def run(
-        self, noise: RolloutNoise, state: EnvState | None = None, out: Rollout | None = None
+        self, noise: RolloutNoise, state: EnvState | None = None, out: Rollout | None = None,
+        policy_state: Tensor | None = None,
     ) -> tuple[Rollout, EnvState]:
         """The rollout for pre-drawn ``noise`` from ``state`` (default: ``env.state``, or fresh games in
-        episodic mode); returns it with the environment state it ends in (the caller stores that).
+        episodic mode); returns it with the environment state it ends in (the caller stores that). A recurrent
+        learner starts from ``policy_state`` (None, and always in episodic mode: its initial state); the
+        rollout's ``policy_state0`` and ``policy_state`` are its state before the first step and after the last.
 
         With ``out`` (a rollout of the same shapes) each step is copied into its tensors as soon as it is taken,
         and ``out`` is returned. Every per-step tensor then dies within its step, so the allocator reuses the
@@ -277,7 +301,10 @@ class RolloutEngine:
             state = env.state
         start = env.timestep(state)
         live = torch.ones(env.num_envs, dtype=torch.bool, device=env.device)
-        carry = StepCarry(state, start.obs, start.action_mask, start.current_player, live, start.critic_obs)
+        initial = self.policy.initial_state(env.num_envs) if self.recurrent else None
+        memory = initial if self.episodic or policy_state is None else policy_state
+        carry = StepCarry(state, start.obs, start.action_mask, start.current_player, live, start.critic_obs,
+                          memory, initial)
         records = []
         # Per-step views made by one unbind each: indexing [t] inside the loop was a quarter of the operations
         # of an eager step for a small batch.
@@ -302,14 +329,18 @@ class RolloutEngine:
             del record
         if self.episodic:
             bootstrap = torch.zeros(env.num_envs, device=env.device)
+        elif self.recurrent:
+            bootstrap = self._value(carry.obs, carry.policy_state, **critic_kwargs(carry.critic_obs))
         else:
             bootstrap = self._value(carry.obs, **critic_kwargs(carry.critic_obs))
         if out is None:
             stacked = tree_stack(records)
-            rollout = Rollout(**stacked._asdict(), bootstrap_value=bootstrap, learner_seat=noise.learner_seat)
+            rollout = Rollout(**stacked._asdict(), bootstrap_value=bootstrap, learner_seat=noise.learner_seat,
+                              policy_state0=memory, policy_state=carry.policy_state)
             return rollout, carry.state
         out.bootstrap_value.copy_(bootstrap)
         out.learner_seat.copy_(noise.learner_seat)
+        out.policy_state0, out.policy_state = memory, carry.policy_state
         return out, carry.state
 
     def empty_rollout(self) -> Rollout:

@@ -243,9 +243,6 @@ class TrainConfig:
         if self.uses_memory and self.policy not in ("auto", "composed"):
             raise UsageError(f"--memory builds the composed policy (rl_gpu.nn.composed), not --policy {self.policy}:"
                              " drop --policy or pass --policy composed")
-        if self.uses_memory and self.compile not in ("auto", "off"):
-            raise UsageError(f"--memory {self.memory} trains eagerly for now: --compile {self.compile} does not apply"
-                             " (use --compile off or auto)")
         if self.policy != "auto" and self.policy not in policy_kind_names():
             raise UsageError(f"--policy {self.policy!r} is not a registered policy kind; known: auto, "
                              f"{', '.join(policy_kind_names())}")

@@ -143,10 +143,11 @@ class Trainer(CheckpointMixin):
         """``global_step`` kept on the device by :meth:`train_one_update` (with a step budget), for the schedules."""
 
     def _compile_mode(self, config: TrainConfig) -> str:
-        """The loop's compile mode on this device. A policy with memory trains eagerly for now (the config refuses
-        any other explicit mode); ``auto`` with ``--async`` or ``--double-buffer`` on CUDA is Inductor, since one CUDA
-        graph cannot be replayed by two threads at once."""
-        if config.uses_memory:
+        """The loop's compile mode on this device. ``auto`` with a policy with memory is eager (its compiled and
+        captured modes are taken when asked for: they have not been measured on a GPU yet); ``auto`` with
+        ``--async`` or ``--double-buffer`` on CUDA is Inductor, since one CUDA graph cannot be replayed by two
+        threads at once."""
+        if config.uses_memory and config.compile == "auto":
             return "off"
         mode = resolve_compile(ranks.resolve_compile(config.compile, self.device), self.device)
         threaded = config.async_collect or config.double_buffer

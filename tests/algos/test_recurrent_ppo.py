@@ -12,7 +12,9 @@ from rl_gpu.algos.ppo import PPO, PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS
 from rl_gpu.algos.ppo.sequences import sequence_batch, sequence_loss
 from rl_gpu.algos.ppo.update import UpdateUnits
+from rl_gpu.collect.engine import RolloutEngine
 from rl_gpu.collect.reference import collect
+from rl_gpu.envs.registry import make
 from rl_gpu.envs.base import TensorEnv
 from rl_gpu.nn.composed import ComposedActorCritic
 
@@ -84,9 +86,64 @@ def test_the_state_carries_over_rollouts_and_a_resume_exactly():
         assert torch.equal(x, y)
 
 
+def _rollouts(engine: bool, env_id: str, steps: int = 12, rounds: int = 3):
+    """Three continuing rollouts of a GRU policy, the state carried from one to the next: through the rollout
+    engine or the reference collector, from the same generators."""
+    env = make(env_id, num_envs=6, seed=2) if env_id != "recall" else RecallEnv(6, seed=2)
+    policy, generator, state, out = _policy(8) if env_id == "recall" else _cartpole_policy(), \
+        torch.Generator().manual_seed(5), None, []
+    runner = RolloutEngine(policy, env, steps) if engine else None
+    for _ in range(rounds):
+        if engine:
+            rollout, env.state = runner.run(runner.draw(generator), policy_state=state)
+        else:
+            rollout = collect(policy, env, steps, generator, policy_state=state)
+        state = rollout.policy_state
+        out.append(rollout)
+    return out
+
+
+def _cartpole_policy():
+    torch.manual_seed(0)
+    return ComposedActorCritic((4,), num_actions=2, hidden_sizes=(16,), memory_size=8)
+
+
+@pytest.mark.parametrize("env_id", ["recall", "CartPole-v1"])
+def test_the_rollout_engine_collects_memory_as_the_reference_collector_does(env_id):
+    fast, reference = _rollouts(True, env_id), _rollouts(False, env_id)
+    assert bool(torch.stack([r.terminated | r.truncated for r in reference]).any())  # resets happen
+    for a, b in zip(fast, reference):
+        for name in ("obs", "action", "log_prob", "value", "reward", "terminated", "truncated", "final_value",
+                     "bootstrap_value", "policy_state0", "policy_state"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def _compiled_matches_eager(device: str, mode: str) -> None:
+    config = PPOConfig(num_minibatches=2, update_epochs=2)
+    runs = [PPO(_policy(8).to(device), config, 1e-3, seed=3, env=RecallEnv(4, seed=1, device=device), num_steps=6,
+                compile=m) for m in ("off", mode)]
+    for algo in runs:
+        for _ in range(3):
+            algo.iterate()
+    eager, compiled = runs
+    assert torch.allclose(eager.last_rollout.policy_state, compiled.last_rollout.policy_state, atol=1e-5)
+    for x, y in zip(eager.policy.parameters(), compiled.policy.parameters()):
+        assert torch.allclose(x, y, atol=1e-5)
+
+
+@pytest.mark.slow  # compiles the collection's step and the memory's step (20 s on 2 cores)
+def test_inductor_trains_memory_as_eager_does():
+    _compiled_matches_eager("cpu", "inductor")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graph_capture_trains_memory_as_eager_does():
+    # the whole iteration (rollout with the state carried, sequence replay, update) replayed as one CUDA graph
+    _compiled_matches_eager("cuda", "cudagraphs")
+
+
 def test_what_it_cannot_train_yet_is_refused():
-    with pytest.raises(ValueError, match="trains eagerly for now"):
-        PPO(_policy(8), PPOConfig(), 1e-3, seed=0, compile="inductor")
     with pytest.raises(ValueError, match="not divisible by --num-minibatches 4"):
         PPO(_policy(8), PPOConfig(num_minibatches=4), 1e-3, seed=0, env=RecallEnv(6, seed=0), num_steps=8)
 

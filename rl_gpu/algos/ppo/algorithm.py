@@ -93,9 +93,6 @@ class PPO(LearningRateSchedule):
         if self.recurrent and not callable(getattr(policy, "evaluate_sequence", None)):
             raise ValueError(f"{type(policy).__name__} has memory but no evaluate_sequence(obs, action, action_mask, "
                              "state0, starts), which PPO's sequence minibatches replay (rl_gpu.nn.composed has one)")
-        if self.recurrent and self.compile != "off":
-            raise ValueError(f"a policy with memory trains eagerly for now: use --compile off (not "
-                             f"{self.compile})")
         self._policy_state: dict[VecEnv, object] = {}
         """Continuing rollouts of a recurrent policy: its state where the last rollout of each env ended."""
         self.lr = torch.tensor(float(learning_rate), device=device)
@@ -295,7 +292,7 @@ class PPO(LearningRateSchedule):
         goes through :func:`~rl_gpu.collect.reference.collect` (compiled modes: :class:`~rl_gpu.collect.host.HostCollector`,
         whose policy half is compiled) and returns fresh tensors."""
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
-        if self.recurrent:
+        if self.recurrent and not env.spec.functional:
             rollout = collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic,
                               opponent=self.opponent, opponent_rng=opponent_rng,
                               policy_state=None if episodic else self._policy_state.get(env))
@@ -313,16 +310,32 @@ class PPO(LearningRateSchedule):
                            opponent=self.opponent, opponent_rng=opponent_rng)
         engine = self.engine(env, num_steps, episodic)
         noise = engine.draw(self.policy_rng, opponent_rng)
+        memory = self._memory_of(env, episodic)
         if self._graphed():
-            rollout, state = self._graph(("collect", env, num_steps, episodic), engine.run)(noise, env.state)
+            run = self._graph(("collect", env, num_steps, episodic), engine.run)
+            rollout, state = run(noise, env.state, None, memory)
         else:
             key = (env, num_steps, episodic)
             if key not in self._storage:
                 self._storage[key] = engine.empty_rollout()
-            rollout, state = engine.run(noise, out=self._storage[key])
+            carried = {} if memory is None else {"policy_state": memory}  # a double-buffered engine takes none
+            rollout, state = engine.run(noise, out=self._storage[key], **carried)
         env.state = state
+        self._remember(env, rollout)
         rollout.all_weights_one = not episodic and env.spec.num_players == 1
         return rollout
+
+    def _memory_of(self, env: VecEnv, episodic: bool) -> Tensor | None:
+        """A recurrent policy's state where its last continuing rollout of ``env`` ended (its initial state
+        before the first; a captured graph's input keeps one structure), None otherwise."""
+        if not self.recurrent or episodic:
+            return None
+        memory = self._policy_state.get(env)
+        return self._policy.initial_state(env.num_envs) if memory is None else memory
+
+    def _remember(self, env: VecEnv, rollout: Rollout) -> None:
+        if self.recurrent:
+            self._policy_state[env] = rollout.policy_state
 
     def update(self, rollout: Rollout) -> UpdateMetrics:
         """One PPO update on ``rollout``, then the rollout's observations join the normaliser statistics.
@@ -373,14 +386,17 @@ class PPO(LearningRateSchedule):
             noise = engine.draw(self.policy_rng, opponent_rng)
             permutations = self._permutations(num_steps * env.num_envs)
 
-            def body(noise: RolloutNoise, permutations: Tensor, state) -> tuple[Rollout, UpdateMetrics, object]:
-                rollout, final_state = engine.run(noise, state)
+            def body(noise: RolloutNoise, permutations: Tensor, state, memory) -> tuple[Rollout, UpdateMetrics,
+                                                                                           object]:
+                rollout, final_state = engine.run(noise, state, policy_state=memory)
                 return rollout, self._update_body(rollout, permutations, weighted), final_state
 
             key = ("iterate", env, num_steps, episodic)
             with phase("iterate"):
-                rollout, metrics, state = self._graph(key, body)(noise, permutations, env.state)
+                rollout, metrics, state = self._graph(key, body)(noise, permutations, env.state,
+                                                                 self._memory_of(env, episodic))
             env.state = state
+            self._remember(env, rollout)
         self.last_rollout = rollout
         return Iteration(collection_metrics(rollout), self.lr.clone(), self._learner_metrics(metrics))
 

@@ -61,14 +61,17 @@ class _Replayed:
         return self.out
 
 
-def sequence_loss(policy: Any, config: PPOConfig, seq: SequenceBatch, cols: Tensor) -> tuple[Tensor, Tensor]:
-    """``(loss, stats [len(LOSS_STATS)])`` of the minibatch of columns ``cols`` (``[n]`` int64)."""
+def sequence_loss(policy: Any, config: PPOConfig, seq: SequenceBatch, cols: Tensor,
+                  step: Any = None) -> tuple[Tensor, Tensor]:
+    """``(loss, stats [len(LOSS_STATS)])`` of the minibatch of columns ``cols`` (``[n]`` int64); ``step``: the
+    memory's step for ``evaluate_sequence`` (a compiled one), when given."""
     def columns(x: Tensor | None) -> Tensor | None:
         return None if x is None else x.index_select(1, cols)
 
     steps = FlatBatch(*(columns(x) for x in seq.steps))
+    extra = {} if step is None else {"step": step}
     replayed = policy.evaluate_sequence(steps.obs, steps.action, steps.action_mask,
-                                        seq.state0.index_select(0, cols), columns(seq.starts))
+                                        seq.state0.index_select(0, cols), columns(seq.starts), **extra)
     mb = {name: None if x is None else x.flatten(0, 1) for name, x in steps._asdict().items()}
     loss, stats = ppo_loss(_Replayed(tuple(x.flatten(0, 1) for x in replayed)), mb, config)
     return loss, torch.stack([stats[k].detach() for k in LOSS_STATS])

@@ -146,7 +146,11 @@ class UpdateUnits:
         self.loss = compile_unit(partial(_loss_unit, policy, config, (device.type, autocast_dtype(precision)),
                                          loss_fn), mode)
         self.scale = compile_unit(partial(_scale_unit, config), mode)
-        self.sequence_loss = partial(sequence_loss, policy, config)  # eager: recurrent PPO is not compiled yet
+        # A policy with memory replays T steps of one memory cell per minibatch: compiled modes compile that step
+        # (one small graph, called T times) rather than the whole unrolled replay (minutes of compilation).
+        step = getattr(policy, "sequence_step", None)
+        step = compile_unit(step, mode) if step is not None and mode != "off" else None
+        self.sequence_loss = partial(sequence_loss, policy, config, step=step)
         self.params = [p for p in policy.parameters() if p.requires_grad]
 
     def backward(self, loss: Tensor) -> None:
