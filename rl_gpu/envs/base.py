@@ -44,7 +44,7 @@ from rl_gpu.core.pytree import tree_where
 from rl_gpu.core.types import EnvSpec, StepResult
 from rl_gpu.core.device import check_device
 from rl_gpu.envs.actions import check_action_format, check_action_range, check_action_values
-from rl_gpu.envs.params import check_like, check_num_envs, check_params, check_starts
+from rl_gpu.envs.params import build_params, check_like, check_num_envs, check_params, check_starts
 from rl_gpu.envs.rows import Inner, select_rows, stack_float32
 
 __all__ = ["EnvState", "TensorEnv", "check_action_format", "select_rows", "stack_float32"]
@@ -121,7 +121,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     ) -> None:
         num_envs = check_num_envs(num_envs)
         if self.params_type is not None:
-            self.params = self.params_type(**params)
+            self.params = build_params(self.params_type, params, type(self).__name__)
             self._check_params()
         elif params:
             raise TypeError(f"{type(self).__name__} takes no parameters, got {', '.join(sorted(params))}")

@@ -34,6 +34,17 @@ def check_num_envs(num_envs: Any) -> int:
     return n
 
 
+def build_params(params_type: type, values: dict[str, Any], env_name: str) -> Any:
+    """``params_type(**values)``, its own checks' ``TypeError`` or ``ValueError`` (an unknown name, a range the
+    wrong way round) as a one-line :class:`~rl_gpu.core.errors.UsageError` naming the environment."""
+    try:
+        return params_type(**values)
+    except UsageError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"{env_name}: {e}") from None
+
+
 def check_params(params: Any, env_name: str) -> None:
     """Raise :class:`~rl_gpu.core.errors.UsageError` (a ``ValueError``) naming the first parameter of the
     dataclass ``params`` whose value does not match its type, or is not above 0 where the dataclass's

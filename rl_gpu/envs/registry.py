@@ -293,12 +293,14 @@ def env_class(env_id: str) -> type:
         _guard(env_id)
         return _load(prefixed[0])
     if isinstance(env_id, str) and "?" in env_id:
-        from rl_gpu.envs.wrappers import split_wrappers, wrapped_class
+        from rl_gpu.envs.wrappers import split_wrappers, with_params, wrapped_class
 
         _guard(env_id)
-        base, wrapping = split_wrappers(env_id)
+        base, wrapping, params = split_wrappers(env_id)
         with named_ids_only([base]):  # the wrapped id was allowed (or named) as a whole
             cls = env_class(base)
+        if params:
+            cls = with_params(cls, env_id, params)
         return cls if wrapping is None else wrapped_class(cls, env_id, wrapping)
     if isinstance(env_id, str) and env_id not in _registry:
         if is_entry_point(env_id):

@@ -6,7 +6,10 @@
   (MinAtar's ``[10, 10, C]`` frames become ``[10, 10, K C]``, a vector of O entries one of K O); an episode's first
   observation fills all K places.
 
-Both may be given (``"CartPole-v1?obs_mask=0,2&frame_stack=4"``: masked, then stacked). They wrap a
+Both may be given (``"CartPole-v1?obs_mask=0,2&frame_stack=4"``: masked, then stacked). Any other name is one
+of the environment's own parameters (its ``params_type``: ``"CartPole-v1?length=0.6"``,
+``"Go1-Velocity-v0?obs_noise=1&action_delay=0,2"``; tuples as numbers joined by ``,``), bound by
+:func:`with_params`. They wrap a
 :class:`~rl_gpu.envs.base.TensorEnv` (every registered id except the ``gym:``, ``vmas:`` and ``pettingzoo:``
 families) as a subclass built once per (class, settings), so compiled and graph-captured collection, state injection
 and exact resume work as for the environment itself. The earlier frames are state: the inner state becomes a
@@ -17,6 +20,7 @@ environment still receives its own inner state, and observes only states it woul
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import torch
@@ -39,19 +43,20 @@ class Wrapping(NamedTuple):
     frame_stack: int
 
 
-def split_wrappers(env_id: str) -> tuple[str, Wrapping | None]:
-    """``"CartPole-v1?obs_mask=0,2"`` -> ``("CartPole-v1", Wrapping((0, 2), 1))``; an id without ``?`` comes back
-    as it is with None. Malformed settings raise :class:`~rl_gpu.core.errors.UsageError` in one line."""
+def split_wrappers(env_id: str) -> tuple[str, Wrapping | None, dict[str, Any]]:
+    """``"CartPole-v1?obs_mask=0,2&length=0.6"`` -> ``("CartPole-v1", Wrapping((0, 2), 1), {"length": 0.6})``: the
+    base id, the wrappers it asks for (None: none) and the other parameters, the environment's own
+    (:func:`with_params` checks them against its class); an id without ``?`` comes back as it is with None and
+    no parameters. Malformed settings raise :class:`~rl_gpu.core.errors.UsageError` in one line."""
     base, query = env_id.split("?", 1) if "?" in env_id else (env_id, "")
     if not query:
         if "?" in env_id:
             raise UsageError(f"{env_id!r}: nothing follows '?' (write ID?obs_mask=I,J,... or ID?frame_stack=K)")
-        return env_id, None
+        return env_id, None, {}
     _, params = split_id_parameters("", f"{base}?{query}")
-    unknown = sorted(set(params) - set(WRAPPER_PARAMETERS))
-    if unknown:
-        raise UsageError(f"{env_id!r}: unknown id parameter {unknown[0]!r}; a registered id takes "
-                         f"{' and '.join(WRAPPER_PARAMETERS)} (ID?obs_mask=0,2&frame_stack=4)")
+    own = {k: v for k, v in params.items() if k not in WRAPPER_PARAMETERS}
+    if len(own) == len(params):
+        return base, None, own
     mask = params.get("obs_mask")
     if mask is not None:
         parts = str(mask).split(",")
@@ -65,7 +70,52 @@ def split_wrappers(env_id: str) -> tuple[str, Wrapping | None]:
     if isinstance(stack, bool) or not isinstance(stack, int) or not 1 <= stack <= MAX_FRAME_STACK:
         raise UsageError(f"{env_id!r}: frame_stack is the number of observations joined, an integer from 1 to "
                          f"{MAX_FRAME_STACK}, got {stack!r}")
-    return base, Wrapping(mask, stack)
+    return base, Wrapping(mask, stack), own
+
+
+_with_params: dict[tuple, type] = {}
+
+
+def _typed(env_id: str, name: str, value: Any, default: Any) -> Any:
+    """An id's text value in the type of the parameter's default (``"0.4,1.25"`` for a tuple of numbers)."""
+    if isinstance(default, tuple):
+        parts = str(value).split(",")
+        try:
+            return tuple(int(p) if isinstance(d, int) and not isinstance(d, bool) else float(p)
+                         for p, d in zip(parts, default)) if len(parts) == len(default) else None
+        except ValueError:
+            return None
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def with_params(cls: type, env_id: str, params: dict[str, Any]) -> type:
+    """The subclass of ``cls`` built with ``params`` (fields of its ``params_type``, written in the id: a
+    checkpoint's id rebuilds the same task) unless given otherwise; the same class for the same request. An unknown
+    name or a value of the wrong form is a one-line :class:`~rl_gpu.core.errors.UsageError` naming what it takes."""
+    ptype = getattr(cls, "params_type", None)
+    defaults = {f.name: f.default for f in dataclasses.fields(ptype)} if ptype is not None else {}
+    for name, value in params.items():
+        if name not in defaults:
+            takes = ", ".join(defaults) if defaults else "no parameters of its own"
+            raise UsageError(f"{env_id!r}: unknown id parameter {name!r}; {getattr(cls, '__name__', cls)} takes "
+                             f"{takes}, and the wrappers {' and '.join(WRAPPER_PARAMETERS)}")
+        typed = _typed(env_id, name, value, defaults[name])
+        if typed is None:
+            raise UsageError(f"{env_id!r}: {name} takes {len(defaults[name])} numbers joined by ',' "
+                             f"(as {','.join(map(str, defaults[name]))}), got {value!r}")
+        params[name] = typed
+    key = (cls, tuple(sorted(params.items())))
+    if key not in _with_params:
+        bound = dict(params)
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            cls.__init__(self, *args, **{**bound, **kwargs})
+
+        _with_params[key] = type(cls.__name__, (cls,), {"__init__": __init__, "__module__": cls.__module__,
+                                                        "__qualname__": cls.__qualname__, "id_params": bound})
+    return _with_params[key]
 
 
 def refuse_wrappers(env_id: str) -> None:

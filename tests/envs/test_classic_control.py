@@ -329,7 +329,7 @@ def test_make_forwards_arguments() -> None:
     assert not env.autoreset and env.max_episode_steps == 7 and PendulumEnv.max_episode_steps == 200
     same = make("Pendulum-v1", num_envs=5, seed=3)
     assert torch.equal(env.state.inner.theta, same.state.inner.theta)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="CartPoleEnv: .*gravity_typo"):  # one line naming the environment
         make("CartPole-v1", gravity_typo=1.0)
     with pytest.raises(ValueError):
         make("CartPole-v1", max_episode_steps=0)

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from rl_gpu.envs.mujoco.base import MjInner, MujocoEnv, check_task_params
 from rl_gpu.envs.mujoco.randomization import Randomization
+from rl_gpu.envs.params import build_params
 from rl_gpu.envs.random_draws import hash_uniform
 
 ASSETS = os.path.join(os.path.dirname(__file__), "assets", "go1")
@@ -30,6 +31,16 @@ def quat_rotate_inverse(quat: Tensor, v: Tensor) -> Tensor:
     w, u = q[:, :1], -q[:, 1:]
     t = 2.0 * torch.linalg.cross(u, v, dim=1)
     return v + w * t + torch.linalg.cross(u, t, dim=1)
+
+
+MAX_ACTION_DELAY = 10
+"""Most policy steps of motor latency (0.2 s at 50 Hz)."""
+
+OBS_NOISE_SCALES = (0.1,) * 3 + (0.2,) * 3 + (0.05,) * 3 + (0.0,) * 3 + (0.01,) * 12 + (1.5,) * 12 + (0.0,) * 12
+"""Per observation entry, the noise at level 1 (:attr:`Go1VelocityParams.obs_noise`)."""
+
+# Streams of the per-row hash draws (rl_gpu.envs.random_draws.hash_uniform): each its own lanes.
+_COMMANDS, _PUSHES, _OBS_NOISE, _IMU_BIAS, _DELAY = 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,16 @@ class Go1VelocityParams:
     """Episode starts: home joint angles + U(-noise, noise) rad (kept inside the joint ranges)."""
     reset_velocity_noise: float = 0.1
     """Episode starts: trunk linear and angular velocity U(-noise, noise); yaw is uniform."""
+    obs_noise: float = 0.0
+    """Observation noise level: every step, U(-1, 1) x level x the entry's scale is added to each observation
+    entry (legged_gym's scales: base linear velocity 0.1 m/s, angular velocity 0.2 rad/s, projected gravity 0.05,
+    joint positions 0.01 rad, joint velocities 1.5 rad/s; the command and the last action are exact). 0: none."""
+    action_delay: tuple[int, int] = (0, 0)
+    """Motor latency in policy steps: each episode of each row applies the action taken this many steps earlier,
+    drawn uniformly from the range (0: the current action; the queue starts at the home pose)."""
+    imu_bias: float = 0.0
+    """A miscalibrated IMU: per episode and row, a constant U(-b, b) added to the observed angular velocity
+    (rad/s) and projected gravity. 0: none."""
 
     def __post_init__(self) -> None:
         check_task_params(self)
@@ -109,8 +130,12 @@ class Go1VelocityParams:
             raise ValueError("tracking_sigma, clip_actions and stiffness must be positive")
         if not isinstance(self.only_positive_rewards, bool):
             raise TypeError(f"only_positive_rewards must be True or False, got {self.only_positive_rewards!r}")
-        if not (self.joint_damping >= 0 and self.air_time_target >= 0):
-            raise ValueError("joint_damping and air_time_target must be >= 0")
+        if not (self.joint_damping >= 0 and self.air_time_target >= 0 and self.imu_bias >= 0):
+            raise ValueError("joint_damping, air_time_target and imu_bias must be >= 0")
+        low, high = self.action_delay
+        if not (isinstance(low, int) and isinstance(high, int) and 0 <= low <= high <= MAX_ACTION_DELAY):
+            raise ValueError(f"action_delay must be a (low, high) range of whole steps, 0 <= low <= high <= "
+                             f"{MAX_ACTION_DELAY}, got {self.action_delay!r}")
 
 
 DEFAULT_RANDOMIZATION = Randomization(friction=(0.4, 1.25), mass=(0.9, 1.1), motor_strength=(0.9, 1.1),
@@ -131,6 +156,8 @@ class Go1VelocityEnv(MujocoEnv):
       ``only_positive_rewards`` clips all but ``termination`` at zero).
     - Terminated: trunk tilted beyond ``max_tilt`` or lower than ``min_base_height``. Truncated: 1000 steps.
     - Pushes every ``push_interval_steps``; commands redrawn every ``command_resample_steps``.
+    - Randomisation events, off by default (:class:`Go1VelocityParams`): ``obs_noise``, ``action_delay`` (a queue
+      of the last actions after the fixed task columns), ``imu_bias``; and the pool of randomised models.
     """
 
     frame_skip = 5
@@ -158,7 +185,11 @@ class Go1VelocityEnv(MujocoEnv):
         kwargs.setdefault("randomization", DEFAULT_RANDOMIZATION)
         # The servo gains are part of the model every variant is built from: known before the model loads.
         names = {f.name for f in fields(Go1VelocityParams)}
-        self._gains = Go1VelocityParams(**{k: v for k, v in kwargs.items() if k in names})
+        self._gains = build_params(Go1VelocityParams, {k: v for k, v in kwargs.items() if k in names},
+                                   type(self).__name__)
+        # The last action_delay[1] actions are state (a queue after the fixed columns).
+        self.task_size = type(self).task_size + 12 * self._gains.action_delay[1]
+        self.QUEUE = slice(type(self).task_size, self.task_size)
         super().__init__(num_envs, device, seed, **kwargs)
         clip = float(self.params.clip_actions)
         self.action_low, self.action_high = (-clip,) * self.model.nu, (clip,) * self.model.nu
@@ -246,7 +277,7 @@ class Go1VelocityEnv(MujocoEnv):
 
     def _draw_commands(self, key: Tensor, counter: Tensor) -> Tensor:
         p = self.params
-        u = hash_uniform(key, counter, stream=1, size=4)
+        u = hash_uniform(key, counter, stream=_COMMANDS, size=4)
         low, high = torch.tensor([p.lin_vel_x, p.lin_vel_y, p.ang_vel_z], dtype=torch.float64,
                                  device=key.device).T
         command = low + (high - low) * u[:, :3]
@@ -259,11 +290,22 @@ class Go1VelocityEnv(MujocoEnv):
         task[:, self.CMD] = self._draw_commands(key, torch.zeros_like(key))
         return task
 
+    def delay_steps(self, inner: MjInner) -> Tensor:
+        """``[N]`` int64: how many steps late each row's motors apply its actions this episode."""
+        low, high = self.params.action_delay
+        u = hash_uniform(inner.task[:, self.KEY], torch.zeros_like(inner.task[:, self.KEY]), stream=_DELAY, size=1)
+        return (low + (u[:, 0] * (high - low + 1)).long()).clamp(max=high)
+
     def _control(self, inner: MjInner, action: Tensor) -> Tensor:
         # Kept for _rewards (action rate) and _next_task (last action) of the same transition.
         clip = self.params.clip_actions
-        self._clipped_action = action.double().clamp(-clip, clip)
-        return self.home_qpos[7:] + self.params.action_scale * self._clipped_action
+        self._clipped_action = applied = action.double().clamp(-clip, clip)
+        if self.params.action_delay[1] > 0:
+            queue = inner.task[:, self.QUEUE].view(-1, self.params.action_delay[1], 12)
+            choices = torch.cat((applied.unsqueeze(1), queue), dim=1)         # [N, 1 + max delay, 12]: now, 1, 2...
+            index = self.delay_steps(inner).view(-1, 1, 1).expand(-1, 1, 12)
+            applied = choices.gather(1, index).squeeze(1)
+        return self.home_qpos[7:] + self.params.action_scale * applied
 
     def _perturb(self, inner: MjInner) -> Tensor:
         p = self.params
@@ -271,7 +313,7 @@ class Go1VelocityEnv(MujocoEnv):
             return inner.physics
         step, key = inner.task[:, self.STEP], inner.task[:, self.KEY]
         push = (step > 0) & (torch.remainder(step, p.push_interval_steps) == 0)
-        kick = p.max_push_velocity * (2.0 * hash_uniform(key, step, stream=2, size=2) - 1.0)
+        kick = p.max_push_velocity * (2.0 * hash_uniform(key, step, stream=_PUSHES, size=2) - 1.0)
         physics = inner.physics.clone()
         vxy = slice(self.layout.qvel.start, self.layout.qvel.start + 2)
         physics[:, vxy] += torch.where(push.unsqueeze(1), kick, torch.zeros_like(kick))
@@ -285,15 +327,28 @@ class Go1VelocityEnv(MujocoEnv):
         fresh = self._draw_commands(task[:, self.KEY], step)
         task[:, self.CMD] = torch.where(resample.unsqueeze(1), fresh, task[:, self.CMD])
         task[:, self.LAST_ACTION] = self._clipped_action
+        if self.params.action_delay[1] > 0:  # the newest action first, the oldest dropped
+            task[:, self.QUEUE] = torch.cat((self._clipped_action, before.task[:, self.QUEUE][:, :-12]), dim=1)
         task[:, self.AIR_TIME] = self._air_time
         task[:, self.LAST_CONTACT] = self.foot_contact(after).double()
         return task
 
     def _observe(self, inner: MjInner) -> Tensor:
+        p = self.params
         lin, ang = self.base_velocity(inner)
+        gravity = self.projected_gravity(inner)
+        key = inner.task[:, self.KEY]
+        if p.imu_bias > 0:  # drawn from the episode's key: constant over the episode
+            bias = p.imu_bias * (2.0 * hash_uniform(key, torch.zeros_like(key), stream=_IMU_BIAS, size=6) - 1.0)
+            ang, gravity = ang + bias[:, :3], gravity + bias[:, 3:]
         joints = self.qpos(inner)[:, 7:] - self.home_qpos[7:]
-        return torch.cat((lin, ang, self.projected_gravity(inner), self.commands(inner), joints,
-                          self.qvel(inner)[:, 6:], inner.task[:, self.LAST_ACTION]), dim=1).float()
+        obs = torch.cat((lin, ang, gravity, self.commands(inner), joints, self.qvel(inner)[:, 6:],
+                         inner.task[:, self.LAST_ACTION]), dim=1)
+        if p.obs_noise > 0:  # fresh each step, a pure function of (key, step): the same state, the same observation
+            u = hash_uniform(key, inner.task[:, self.STEP], stream=_OBS_NOISE, size=obs.shape[1])
+            scales = torch.tensor(OBS_NOISE_SCALES, dtype=obs.dtype, device=obs.device)
+            obs = obs + p.obs_noise * scales * (2.0 * u - 1.0)
+        return obs.float()
 
     def _rewards(self, before: MjInner, after: MjInner, action: Tensor) -> tuple[dict[str, Tensor], Tensor]:
         p, dt = self.params, self.dt

@@ -279,7 +279,7 @@ def test_servo_gains_are_the_task_parameters_in_every_variant():
         _env(1, stiffness=0.0)
     with pytest.raises(ValueError, match="stiffness must be a number"):
         _env(1, stiffness="stiff")
-    with pytest.raises(TypeError, match="only_positive_rewards must be True or False"):
+    with pytest.raises(ValueError, match="only_positive_rewards must be True or False"):
         _env(1, only_positive_rewards="yes")
 
 
