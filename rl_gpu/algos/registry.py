@@ -286,6 +286,12 @@ register_algorithm(AlgorithmSpec(
     agents=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, precisions=PRECISIONS,
     population="rl_gpu.algos.population.mappo:PopulationMAPPO", flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
+    name="distill", config="rl_gpu.algos.distill.config:DistillConfig",
+    factory="rl_gpu.algos.distill.algorithm:Distill",
+    summary="a student learns a trained teacher's actions on its own rollouts (DAgger; --teacher best.pt)",
+    default_num_steps=32, torchrun=False, compile_modes=("off",), preset_of="ppo",
+    preset_section=("update_epochs", "num_minibatches", "max_grad_norm")))
+register_algorithm(AlgorithmSpec(
     name="appo", config="rl_gpu.algos.vtrace.config:APPOConfig", factory="rl_gpu.algos.vtrace.algorithm:APPO",
     summary="PPO's clipped objective on V-trace advantages and targets (single-agent tasks)",
     compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, preset_of="ppo", asynchronous=True,

@@ -1,0 +1,1 @@
+"""Teacher-student distillation (``--algo distill --teacher RUN/seed-N/best.pt``)."""
