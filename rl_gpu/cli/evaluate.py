@@ -221,6 +221,8 @@ def _evaluate(config: EvaluateConfig) -> int:
                                         num_envs=protocol.num_envs)
         print("random:  " + random_result.describe(multi).replace("\n", "\n         "))
         report["random"] = random_result.to_dict()
+    if payload.get("algo") == "distill":
+        report["teacher"] = teacher_report(payload, config, device, protocol, seed, result)
     if has_exploitability(probe):
         report["exploitability"] = exploitability_report(probe, policy, protocol.deterministic)
     if config.video is not None:
@@ -248,6 +250,35 @@ def _evaluate(config: EvaluateConfig) -> int:
         except UsageError as e:
             fail(PROG, str(e))
     return 0
+
+
+def teacher_report(payload: dict, config: EvaluateConfig, device, protocol: Protocol, seed: int, student) -> dict:
+    """A distilled student's teacher, evaluated the same way on its own environment, and the student's return as a
+    share of the teacher's (printed; a teacher that cannot be read is reported, not fatal)."""
+    from rl_gpu.core.errors import UsageError
+    from rl_gpu.envs.registry import make
+    from rl_gpu.interop.policy_io import load_policy
+    from rl_gpu.runtime.checkpoint import CheckpointError
+    from rl_gpu.training.evaluation import evaluate_policy
+
+    section = (payload.get("config") or {}).get("distill") or {}
+    path = section.get("teacher") if isinstance(section, dict) else None
+    try:
+        if not isinstance(path, str) or not path:
+            raise UsageError("the checkpoint records no teacher")
+        teacher, teacher_payload = load_policy(path, device)
+        teacher_id = teacher_payload.get("env_id")
+        check_trusted_env(teacher_id, Path(path), config.trust_env)
+        result = evaluate_policy(teacher, lambda n, s: make(teacher_id, num_envs=n, device=device, seed=s,
+                                                             validate_actions=False),
+                                 protocol.episodes, seed, num_envs=protocol.num_envs,
+                                 deterministic=protocol.deterministic)
+    except (UsageError, CheckpointError, ValueError, OSError) as e:
+        print(f"teacher: not evaluated: {e}")
+        return {"error": str(e)}
+    share = student.mean_return / result.mean_return if result.mean_return else float("nan")
+    print(f"teacher: {result.describe(False)} on {teacher_id} ({path}); the student scores {share:.1%} of it")
+    return {"checkpoint": path, "env": teacher_id, **result.to_dict(), "student_share": share}
 
 
 def exploitability_report(env, policy, deterministic: bool) -> dict:

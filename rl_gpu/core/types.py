@@ -63,6 +63,19 @@ class StepResult(NamedTuple):
         return self.terminated | self.truncated
 
 
+class Mirror(NamedTuple):
+    """A task's left-right symmetry as permutations with signs of the last axis: the mirror image of ``x`` is
+    ``x[..., index] * sign`` for the observation, the action and (when the task has one) the ``critic`` group.
+    Each is an involution: mirroring twice gives ``x`` back. Rewards and dynamics are mirror-symmetric."""
+
+    obs_index: tuple[int, ...]
+    obs_sign: tuple[float, ...]
+    action_index: tuple[int, ...]
+    action_sign: tuple[float, ...]
+    critic_index: tuple[int, ...] = ()
+    critic_sign: tuple[float, ...] = ()
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """What a batch of environments is, as everything above the environment layer sees it: networks are sized
@@ -112,6 +125,9 @@ class EnvSpec:
     """The dtype of each observation group, by torch name (``float32`` where unnamed): ``uint8`` pixels or
     ``bool`` bit planes stay so in rollouts and replay (a quarter or less of float32's memory) and networks
     convert them to float32 at their input."""
+    mirror: Mirror | None = None
+    """The task's left-right symmetry, when it declares one (PPO's ``--symmetry`` learns from mirrored
+    rollouts)."""
 
     def __post_init__(self) -> None:
         if not self.obs_groups:

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.core.pytree import tree_where
-from rl_gpu.core.types import EnvSpec, StepResult
+from rl_gpu.core.types import EnvSpec, Mirror, StepResult
 from rl_gpu.core.device import check_device
 from rl_gpu.envs.actions import check_action_format, check_action_range, check_action_values
 from rl_gpu.envs.params import build_params, check_like, check_num_envs, check_params, check_starts
@@ -105,6 +105,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     critic_obs_shape: tuple[int, ...] | None = None
     """Shape of one observation of the ``critic`` group (privileged state for an asymmetric actor-critic), when
     the environment has one: it then writes :meth:`_observe_critic`. None: no such group."""
+    mirror: Mirror | None = None
+    """The task's left-right symmetry (:class:`~rl_gpu.core.types.Mirror`), when it has one."""
     params_type: type | None = None
     """A frozen dataclass of physical or game parameters; constructor keyword arguments override its fields
     and the result is ``self.params``. None: the environment takes no parameters."""
@@ -161,7 +163,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
             num_players=self.num_players, num_agents=self.num_agents, max_episode_steps=self.max_episode_steps,
             episode_horizon=horizon,
             has_action_mask=type(self)._legal_actions is not TensorEnv._legal_actions,
-            functional=True, exact_resume=True,
+            functional=True, exact_resume=True, mirror=self.mirror,
         )
 
     def draw_starts(self, num_envs: int) -> Inner:

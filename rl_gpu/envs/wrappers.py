@@ -153,7 +153,8 @@ def wrapped_class(cls: type, env_id: str, wrapping: Wrapping) -> type:
         suffix = ("Masked" if wrapping.obs_mask is not None else "") + (
             f"Stack{wrapping.frame_stack}" if wrapping.frame_stack > 1 else "")
         name = f"{cls.__name__}{suffix}"
-        namespace = {"wrapping": wrapping, "__module__": __name__, "__qualname__": name,
+        # mirror: None, since the observation's layout is no longer the one the task's symmetry was declared on.
+        namespace = {"wrapping": wrapping, "mirror": None, "__module__": __name__, "__qualname__": name,
                      "__doc__": f"{cls.__name__} seen through {wrapping} (:mod:`rl_gpu.envs.wrappers`)."}
         # A hook the environment leaves to the base class stays the base class's (it ignores the inner state's
         # fields, and the spec tells "has legal actions" by it).

@@ -169,6 +169,9 @@ def check_population(config: TrainConfig) -> None:
                          "uniform-random opponents")
     if world_size() > 1:
         raise UsageError("--parallel trains a population in one process: do not launch it under torchrun")
+    if getattr(config.algo_config(), "symmetry", False):
+        raise UsageError("--symmetry mirrors one run's rollouts in its update; a population's stacked update does "
+                         "not (give it without --parallel)")
     if getattr(config.algo_config(), "max_policy_lag", None) is not None:
         raise UsageError("--max-policy-lag bounds one run's updates: a population's members update together "
                          "(give it without --parallel)")

@@ -91,6 +91,7 @@ def test_from_the_command_line_the_student_trains_saves_and_evaluates(tmp_path, 
     assert all("action_gap" in r for r in rows if "loss" in r)
     code, text, err = call_main(evaluate, out / "seed-11" / "best.pt", "--episodes", "4", "--device", "cpu")
     assert code == 0 and "mean return" in text, err
+    assert "teacher: mean return" in text and "the student scores" in text, text  # the gap, side by side
     code, _, err = call_main(train, "--env", "CartPole-v1", "--algo", "distill", "--teacher", tmp_path / "nothing.pt",
                              "--max-updates", "1", "--device", "cpu", "--output", tmp_path / "never")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--teacher" in err, err

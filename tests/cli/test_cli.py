@@ -133,7 +133,7 @@ def test_cuda_without_gpu_is_a_clear_error(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_evaluate_bad_checkpoints(tmp_path, trained):
+def test_evaluate_bad_checkpoints(tmp_path, trained, call_main):
     out, _ = trained
     good = (out / "seed-3" / "best.pt").read_bytes()
     truncated = tmp_path / "truncated.pt"
@@ -150,11 +150,17 @@ def test_evaluate_bad_checkpoints(tmp_path, trained):
 
     crafted = tmp_path / "crafted.pt"
     crafted.write_bytes(pickle.dumps(Exploit()))
+    from rl_gpu.cli.evaluate import main as evaluate
+
+    # In this process (the command's main, as rl-gpu evaluate runs it); the crafted pickle also through the old
+    # module entry point in a process of its own.
     for path, needle in [(tmp_path / "missing.pt", "no such"), (truncated, "truncated"), (garbage, "not"),
                          (foreign, "not an rl_gpu checkpoint"), (crafted, "")]:
-        proc = run("-m", "rl_gpu.evaluate", "--checkpoint", str(path), "--device", "cpu", "--episodes", "10")
-        line = _one_line_error(proc)
-        assert str(path) in line and needle in line
+        code, _, err = call_main(evaluate, "--checkpoint", path, "--device", "cpu", "--episodes", "10")
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+        assert str(path) in err and needle in err
+    proc = run("-m", "rl_gpu.evaluate", "--checkpoint", str(crafted), "--device", "cpu", "--episodes", "10")
+    assert str(crafted) in _one_line_error(proc)
     assert not marker.exists(), "the crafted checkpoint executed code"
 
 

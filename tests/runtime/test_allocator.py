@@ -32,6 +32,7 @@ def _faults(mode: str, **env) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow  # a property of glibc's allocator settings, seconds of page-fault counting (suite time)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
 def test_kept_memory_is_reused_without_page_faults():
     # glibc's starting threshold, held fixed: whether its adaptive threshold has risen by the time of an

@@ -16,6 +16,7 @@ from rl_gpu.algos.ppo.asynchronous import AsyncCollection
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.lag import LAG_METRICS, check_async_bound, fresh_steps, lag_metrics
 from rl_gpu.algos.ppo.loss import Coefficients, ppo_loss
+from rl_gpu.algos.ppo.symmetry import task_mirror
 from rl_gpu.algos.ppo.update import (
     UpdateMetrics,
     UpdateUnits,
@@ -135,11 +136,11 @@ class PPO(LearningRateSchedule):
         """Versions between the policy the update learns with and the one that collected its rollout."""
         self._async = self._asynchronous(env, async_collect)
         self.double_buffer = self._double_buffered(env, double_buffer)
+        self.units.mirror = task_mirror(config, env, self.recurrent, self._async is not None)
         """Collections of the bound environment run in two halves of its rows (:mod:`~rl_gpu.collect.double_buffer`)."""
         lagged = self._async is not None or self.config.max_policy_lag is not None
         self.metric_names = (*UPDATE_METRICS, *(("ent_coef",) if self.ent_coef is not None else ()),
-                             *(LAG_METRICS if lagged else ()), "learning_rate",
-                             *COLLECTION_METRICS)
+                             *(LAG_METRICS if lagged else ()), "learning_rate", *COLLECTION_METRICS)
         self.resume_notes: tuple[str, ...] = ()
         self.last_rollout: Rollout | None = None
         """The rollout the last :meth:`iterate` learned from (storage reused by the next call)."""
@@ -233,7 +234,8 @@ class PPO(LearningRateSchedule):
             raise ValueError(refusal)
         return on
 
-    def _permutations(self, num_slots: int) -> Tensor:
+    def _permutations(self, num_slots: int) -> Tensor:  # with --symmetry, the slots and their mirror images
+        num_slots *= 2 if self.units.mirror is not None else 1
         return draw_permutations(num_slots, self.config.update_epochs, self.shuffle_rng, self.device)
 
     def _reward_normalizer_for(self, num_envs: int) -> RewardNormalizer:
@@ -312,8 +314,8 @@ class PPO(LearningRateSchedule):
         noise = engine.draw(self.policy_rng, opponent_rng)
         memory = self._memory_of(env, episodic)
         if self._graphed():
-            run = self._graph(("collect", env, num_steps, episodic), engine.run)
-            rollout, state = run(noise, env.state, None, memory)
+            graph = self._graph(("collect", env, num_steps, episodic), engine.run)
+            rollout, state = graph(noise, env.state, None, memory)
         else:
             key = (env, num_steps, episodic)
             if key not in self._storage:
@@ -326,12 +328,11 @@ class PPO(LearningRateSchedule):
         return rollout
 
     def _memory_of(self, env: VecEnv, episodic: bool) -> Tensor | None:
-        """A recurrent policy's state where its last continuing rollout of ``env`` ended (its initial state
-        before the first; a captured graph's input keeps one structure), None otherwise."""
+        """A recurrent policy's state where its last continuing rollout of ``env`` ended (initially its initial
+        state: a captured graph's input keeps one structure), None otherwise."""
         if not self.recurrent or episodic:
             return None
-        memory = self._policy_state.get(env)
-        return self._policy.initial_state(env.num_envs) if memory is None else memory
+        return self._policy_state[env] if env in self._policy_state else self._policy.initial_state(env.num_envs)
 
     def _remember(self, env: VecEnv, rollout: Rollout) -> None:
         if self.recurrent:

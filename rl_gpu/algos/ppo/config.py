@@ -46,6 +46,10 @@ class PPOConfig:
     target_kl: float | None = None
     """stop the update's remaining epochs once the approximate KL exceeds this, checked on the device once
     per epoch; None: never"""
+    symmetry: bool = False
+    """also learn from the mirror image of every rollout, for a task that declares its left-right symmetry
+    (Go1): observations and actions mirrored, their log-probabilities and values recomputed by the collecting
+    policy, the advantages and returns the original's; minibatches twice as large"""
     max_policy_lag: int | None = None
     """drop the update's optimizer steps whose policy lag exceeds this (Sample Factory's rule and measure: the
     parameter updates between the policy that collected the data and the one a step learns at; a synchronous

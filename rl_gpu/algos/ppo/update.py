@@ -25,9 +25,11 @@ from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS, MinibatchScale, explained_variance, minibatch_scale, ppo_loss
 from rl_gpu.algos.ppo.batch import FlatBatch, flatten_batch
 from rl_gpu.algos.ppo.sequences import sequence_batch, sequence_loss
+from rl_gpu.algos.ppo.symmetry import with_mirror_image
 from rl_gpu.algos.loss_scaler import LossScaler
 from rl_gpu.algos.precision import autocast_dtype
 from rl_gpu.algos.schedules import LRSchedule, adapt_to_kl
+from rl_gpu.core.types import Mirror
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.memory import is_recurrent
@@ -126,6 +128,9 @@ class UpdateUnits:
 
     def __init__(self, policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOConfig,
                  mode: str = "off", precision: str = "fp32", loss_fn: LossFn = ppo_loss) -> None:
+        self.mirror: Mirror | None = None
+        """Set with ``--symmetry``: the task's mirror; each update appends the rollout's mirror image
+        (:mod:`rl_gpu.algos.ppo.symmetry`)."""
         self.value_norm: ValueNormalizer | None = None
         """Set by an algorithm whose critic learns normalised value targets (MAPPO): the rollout's values are
         read through it, and the targets normalised by it (:func:`run_update`)."""
@@ -195,6 +200,8 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
         advantage, returns = units.gae(in_units, weighted)
         norm.update(returns, batch.weight if weighted else None)
         returns = norm.normalize(returns)
+    if units.mirror is not None:
+        batch, advantage, returns = with_mirror_image(policy, units.mirror, batch, advantage, returns)
     if is_recurrent(policy):
         # Minibatches of whole columns replayed as sequences (rl_gpu.algos.ppo.sequences); permutations over N.
         data = sequence_batch(batch, advantage, returns, policy.is_continuous, weighted)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+from rl_gpu.core.types import Mirror
 from rl_gpu.envs.mujoco.base import MjInner, MujocoEnv, check_task_params
 from rl_gpu.envs.mujoco.randomization import Randomization
 from rl_gpu.envs.params import build_params
@@ -38,6 +39,25 @@ MAX_ACTION_DELAY = 10
 
 OBS_NOISE_SCALES = (0.1,) * 3 + (0.2,) * 3 + (0.05,) * 3 + (0.0,) * 3 + (0.01,) * 12 + (1.5,) * 12 + (0.0,) * 12
 """Per observation entry, the noise at level 1 (:attr:`Go1VelocityParams.obs_noise`)."""
+
+def _legs(offset: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The mirror of 12 per-joint entries from ``offset`` (legs FR, FL, RR, RL; hip abduction, thigh, calf):
+    right and left legs swap, and abduction (a rotation about the forward axis) changes sign."""
+    index = tuple(offset + 3 * leg + j for leg in (1, 0, 3, 2) for j in range(3))
+    return index, (-1.0, 1.0, 1.0) * 4
+
+
+def go1_mirror() -> Mirror:
+    """Go1's left-right symmetry (y -> -y): velocities (vx, -vy, vz), angular velocities (-wx, wy, -wz), gravity
+    (gx, -gy, gz), commands (vx, -vy, -yaw rate), joints, joint velocities and actions by :func:`_legs`; the critic
+    group's height, friction and mass stay, its foot contacts swap sides."""
+    vectors = (tuple(range(12)), (1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0, -1.0))
+    parts = [vectors, _legs(12), _legs(24), _legs(36)]
+    action = _legs(0)
+    return Mirror(obs_index=sum((p[0] for p in parts), ()), obs_sign=sum((p[1] for p in parts), ()),
+                  action_index=action[0], action_sign=action[1],
+                  critic_index=(0, 1, 2, 4, 3, 6, 5), critic_sign=(1.0,) * 7)
+
 
 # Streams of the per-row hash draws (rl_gpu.envs.random_draws.hash_uniform): each its own lanes.
 _COMMANDS, _PUSHES, _OBS_NOISE, _IMU_BIAS, _DELAY = 1, 2, 3, 4, 5
@@ -167,6 +187,7 @@ class Go1VelocityEnv(MujocoEnv):
     action_shape = (12,)
     max_episode_steps = 1000
     params_type = Go1VelocityParams
+    mirror = go1_mirror()
     reward_terms = ("track_lin_vel_xy", "track_ang_vel_z", "lin_vel_z", "ang_vel_xy", "orientation",
                     "torques", "action_rate", "feet_air_time", "termination")
     task_size = 25
