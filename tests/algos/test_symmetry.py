@@ -101,10 +101,22 @@ def test_go1s_mirror_is_an_involution_and_mirrors_what_it_observes():
                                                                         if k != "num_threads"}).spec.mirror is None
 
 
-def _ppo(**config):
-    env = Go1VelocityEnv(4, seed=1, **QUIET)
-    setup = Setup(env=env, seed=2, num_steps=8, hidden_sizes=(16,))
+def _ppo(device="cpu", compile="off", **config):
+    env = Go1VelocityEnv(4, seed=1, device=device, **QUIET)
+    torch.manual_seed(0)
+    setup = Setup(env=env, seed=2, num_steps=8, hidden_sizes=(16,), compile=compile)
     return PPO.from_setup(setup, PPOConfig(num_minibatches=2, update_epochs=2, **config))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_captured_update_mirrors_as_the_eager_one_does():
+    runs = [_ppo("cuda", mode, symmetry=True) for mode in ("off", "cudagraphs")]
+    for algo in runs:
+        for _ in range(3):
+            algo.iterate()
+    for x, y in zip(runs[0].policy.parameters(), runs[1].policy.parameters()):
+        assert torch.allclose(x, y, atol=1e-4)
 
 
 def test_ppo_learns_from_the_rollout_and_its_mirror_image_rated_by_the_collecting_policy():
@@ -116,7 +128,7 @@ def test_ppo_learns_from_the_rollout_and_its_mirror_image_rated_by_the_collectin
     rollout = algo.collect()
     advantage, returns = torch.randn(8, 4), torch.randn(8, 4)
     doubled, adv, ret = with_mirror_image(algo.policy, algo.units.mirror, rollout, advantage, returns)
-    mirror = algo.units.mirror
+    mirror = algo.env.spec.mirror
     assert doubled.obs.shape == (8, 8, 48) and torch.equal(adv[:, 4:], advantage) and torch.equal(ret[:, 4:], returns)
     assert torch.equal(doubled.obs[:, 4:], mirrored(rollout.obs, mirror.obs_index, mirror.obs_sign))
     torch.testing.assert_close(doubled.log_prob[:, 4:], doubled.log_prob[:, :4])  # the same to a symmetric policy

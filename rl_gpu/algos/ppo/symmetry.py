@@ -15,6 +15,7 @@ is pulled towards acting the same on both sides.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -23,9 +24,30 @@ from rl_gpu.core.types import Mirror
 from rl_gpu.data.rollout import Rollout
 
 
-def mirrored(x: Tensor, index: tuple[int, ...], sign: tuple[float, ...]) -> Tensor:
-    """``x[..., index] * sign``: the mirror image of the last axis."""
-    return x[..., list(index)] * torch.tensor(sign, dtype=x.dtype, device=x.device)
+def mirrored(x: Tensor, index: tuple[int, ...] | Tensor, sign: tuple[float, ...] | Tensor) -> Tensor:
+    """``x[..., index] * sign``: the mirror image of the last axis (``index`` and ``sign`` as tuples, or as
+    tensors on ``x``'s device: no host-to-device copy, as a captured CUDA graph needs)."""
+    if not isinstance(index, Tensor):
+        index = torch.tensor(index, device=x.device)
+    if not isinstance(sign, Tensor):
+        sign = torch.tensor(sign, dtype=x.dtype, device=x.device)
+    return x.index_select(-1, index) * sign.to(x.dtype)
+
+
+class MirrorMaps(NamedTuple):
+    """A :class:`~rl_gpu.core.types.Mirror` as index and sign tensors on the learner's device (built once)."""
+
+    obs: tuple[Tensor, Tensor]
+    action: tuple[Tensor, Tensor]
+    critic: tuple[Tensor, Tensor] | None
+
+    @classmethod
+    def of(cls, mirror: Mirror, device: torch.device) -> MirrorMaps:
+        def maps(index: tuple[int, ...], sign: tuple[float, ...]) -> tuple[Tensor, Tensor]:
+            return torch.tensor(index, device=device), torch.tensor(sign, device=device)
+
+        critic = maps(mirror.critic_index, mirror.critic_sign) if mirror.critic_index else None
+        return cls(maps(mirror.obs_index, mirror.obs_sign), maps(mirror.action_index, mirror.action_sign), critic)
 
 
 def check_mirror(mirror: Mirror, obs_size: int, action_size: int, critic_size: int) -> None:
@@ -42,7 +64,7 @@ def check_mirror(mirror: Mirror, obs_size: int, action_size: int, critic_size: i
             raise ValueError(f"the task's {name} mirror is not an involution (mirroring twice must be the identity)")
 
 
-def task_mirror(config, env, recurrent: bool, asynchronous: bool) -> Mirror | None:
+def task_mirror(config, env, recurrent: bool, asynchronous: bool) -> MirrorMaps | None:
     """The mirror PPO's update augments with (``config.symmetry``), None without; ``ValueError`` naming why
     when it cannot: a task that declares no symmetry, discrete actions, a policy with memory, or learning while
     collecting (the collecting policy is no longer there to rate the mirrored actions)."""
@@ -57,7 +79,7 @@ def task_mirror(config, env, recurrent: bool, asynchronous: bool) -> Mirror | No
     if why:
         raise ValueError(f"--symmetry cannot be used here: {why}")
     check_mirror(spec.mirror, spec.obs_size, spec.action_size, spec.critic_obs_size)
-    return spec.mirror
+    return MirrorMaps.of(spec.mirror, env.device)
 
 
 @torch.no_grad()
@@ -67,17 +89,16 @@ def _collecting_policy_view(policy: nn.Module, obs: Tensor, action: Tensor, crit
     return log_prob, value
 
 
-def with_mirror_image(policy: nn.Module, mirror: Mirror, batch: Rollout, advantage: Tensor,
+def with_mirror_image(policy: nn.Module, mirror: MirrorMaps, batch: Rollout, advantage: Tensor,
                       returns: Tensor) -> tuple[Rollout, Tensor, Tensor]:
     """``batch`` ``[T, N]`` with its mirror image appended as N more columns (``[T, 2N]``), and the advantages and
     returns repeated for them; called before the update's first step, while ``policy`` is the collecting one."""
     t, n = batch.reward.shape
-    obs = mirrored(batch.obs, mirror.obs_index, mirror.obs_sign)
-    action = mirrored(batch.action, mirror.action_index, mirror.action_sign)
+    obs = mirrored(batch.obs, *mirror.obs)
+    action = mirrored(batch.action, *mirror.action)
     critic = None
     if batch.critic_obs is not None:
-        critic = mirrored(batch.critic_obs, mirror.critic_index, mirror.critic_sign) if mirror.critic_index \
-            else batch.critic_obs
+        critic = batch.critic_obs if mirror.critic is None else mirrored(batch.critic_obs, *mirror.critic)
     log_prob, value = _collecting_policy_view(policy, obs.flatten(0, 1), action.flatten(0, 1),
                                               None if critic is None else critic.flatten(0, 1))
 

@@ -25,11 +25,10 @@ from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS, MinibatchScale, explained_variance, minibatch_scale, ppo_loss
 from rl_gpu.algos.ppo.batch import FlatBatch, flatten_batch
 from rl_gpu.algos.ppo.sequences import sequence_batch, sequence_loss
-from rl_gpu.algos.ppo.symmetry import with_mirror_image
+from rl_gpu.algos.ppo.symmetry import MirrorMaps, with_mirror_image
 from rl_gpu.algos.loss_scaler import LossScaler
 from rl_gpu.algos.precision import autocast_dtype
 from rl_gpu.algos.schedules import LRSchedule, adapt_to_kl
-from rl_gpu.core.types import Mirror
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.memory import is_recurrent
@@ -128,7 +127,7 @@ class UpdateUnits:
 
     def __init__(self, policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOConfig,
                  mode: str = "off", precision: str = "fp32", loss_fn: LossFn = ppo_loss) -> None:
-        self.mirror: Mirror | None = None
+        self.mirror: MirrorMaps | None = None
         """Set with ``--symmetry``: the task's mirror; each update appends the rollout's mirror image
         (:mod:`rl_gpu.algos.ppo.symmetry`)."""
         self.value_norm: ValueNormalizer | None = None
