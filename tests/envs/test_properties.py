@@ -45,8 +45,11 @@ from rl_gpu.envs.base import EnvState
 # MuJoCo tasks are slow to step at these batch sizes and have their own contract tests (tests/envs/mujoco):
 # HalfCheetah-v5 stands for them here. The MinAtar games share one base class and each has its contract checks
 # and transition-by-transition parity in tests/envs/test_minatar.py: Breakout stands for them.
+# The NoVel ids are CartPole-v1 and Pendulum-v1 step for step with two observation entries left out
+# (tests/envs/test_novel.py): the full tasks stand for them.
 STANDS_FOR = {"rl_gpu.envs.mujoco": "HalfCheetah-v5", "rl_gpu.envs.minatar": "MinAtar-Breakout-v1"}
-ENV_IDS = tuple(i for i in registered_ids() if not i.startswith("gym:")
+HIDDEN_VELOCITIES = ("CartPoleNoVel-v1", "PendulumNoVel-v1")
+ENV_IDS = tuple(i for i in registered_ids() if not i.startswith("gym:") and i not in HIDDEN_VELOCITIES
                 and all(not env_class(i).__module__.startswith(family) or i == kept
                         for family, kept in STANDS_FOR.items()))
 CONTINUOUS_IDS = tuple(i for i in ENV_IDS if len(env_class(i).action_shape) > 0)

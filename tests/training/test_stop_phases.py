@@ -14,8 +14,10 @@ from rl_gpu.training.runner import resume, train
 from test_reliability import QUIET, _config, assert_same_run  # noqa: I001 (a sibling)
 
 
-# the checkpoint phase repeats the others' stop-and-resume on a third boundary: slow (suite time)
-@pytest.mark.parametrize("phase", ["collect", "update", pytest.param("checkpoint", marks=pytest.mark.slow)])
+# each phase is its own boundary; the update's runs by default, the collection's and checkpoint's with the slow
+# tests (suite time)
+@pytest.mark.parametrize("phase", [pytest.param("collect", marks=pytest.mark.slow), "update",
+                                   pytest.param("checkpoint", marks=pytest.mark.slow)])
 def test_a_stop_in_any_phase_resumes_to_the_run_never_stopped(tmp_path, monkeypatch, phase):
     (full,) = train(_config("CartPole-v1", tmp_path / "a"), log=QUIET)
     fired = []
