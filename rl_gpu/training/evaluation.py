@@ -45,9 +45,14 @@ class SeatResult:
     ci_high: float
 
 
+WIN_FIELDS = ("wins", "win_rate", "ci_low", "ci_high", "seats")
+"""What only a game of several players reports (a single-agent task's "win" would be any positive return)."""
+
+
 @dataclass
 class EvalResult:
-    """What :func:`evaluate_policy` measured. Win rates count episodes with a positive learner return."""
+    """What :func:`evaluate_policy` measured. Win rates count episodes with a positive learner return; they are
+    reported (:meth:`to_dict`) for games of several players only."""
 
     episodes: int
     wins: int
@@ -61,14 +66,20 @@ class EvalResult:
     seats: list[SeatResult]
     seed: int
     deterministic: bool
+    num_players: int = 2
+    """Players of the game (1: a single-agent task, whose record leaves the win counts out)."""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        players = data.pop("num_players")
+        return {k: v for k, v in data.items() if players > 1 or k not in WIN_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict) -> EvalResult:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict` (a record without win counts is a single-agent task's)."""
         data = dict(data)
+        if "seats" not in data:
+            return cls(**{**dict(wins=0, win_rate=0.0, ci_low=0.0, ci_high=0.0, seats=[]), **data}, num_players=1)
         seats = [SeatResult(**s) for s in data.pop("seats")]
         return cls(seats=seats, **data)
 
@@ -123,7 +134,7 @@ def evaluate_policy(
     while remaining > 0:
         n = min(num_envs, remaining)
         env = make_env(n, derive_seed(seed, f"env-{round_index}"))
-        device = env.device
+        device, players = env.device, env.spec.num_players
         policy_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, f"policy-{round_index}"))
         opponent_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, f"opponent-{round_index}"))
         tally = collect(
@@ -155,4 +166,5 @@ def evaluate_policy(
         episodes=episodes, wins=wins, win_rate=wins / episodes, ci_low=lo, ci_high=hi,
         mean_return=float(ret.mean()), return_ci=1.959964 * std / math.sqrt(episodes),
         mean_length=float(length.mean()), seats=seat_results, seed=seed, deterministic=deterministic,
+        num_players=players,
     )
