@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
 from rl_gpu.runtime.checkpoint import atomic_write_json, load_checkpoint
-from rl_gpu.runtime.distributed import is_main_process
+from rl_gpu.runtime.distributed import is_main_process, world_size
 from rl_gpu.training.evaluation import improvement_z
 from rl_gpu.training.ranks import read_on_main
 
@@ -19,6 +19,7 @@ def final_evaluation(self, status: str, reason: str) -> dict:
     summary: dict = {"seed": self.seed, "env": cfg.env, "success": status == "success", "status": status,
                      "reason": reason, "updates": self.state.update, "global_step": self.state.global_step,
                      "train_seconds": self.state.train_seconds, "best_update": self.state.best_update,
+                     "world_size": world_size(), "total_envs": cfg.num_envs * world_size(),
                      "initial_validation": self.state.baseline.to_dict()}
     best_path = self.run_dir / "best.pt"
     # Read where the files are (rank 0 under torchrun) and handed to every process, which plays its share.

@@ -184,7 +184,8 @@ class Trainer(CheckpointMixin):
         if is_main_process() and (self.resumed or not (self.run_dir / "config.json").exists()):
             atomic_write_json(self.run_dir / "config.json", {
                 **cfg.to_dict(), "seed": self.seed, "num_steps_resolved": self.num_steps,
-                "run_environment": run_environment(self.device),
+                "run_environment": {**run_environment(self.device), "world_size": world_size(),
+                                    "total_envs": cfg.num_envs * world_size()},
             })
         if not self.resumed:
             self.save("last.pt")  # update 0: from here on a stopped run can always be resumed
@@ -194,6 +195,8 @@ class Trainer(CheckpointMixin):
             if fresh:
                 self.state.baseline = self.evaluate(self.initial_policy, cfg.eval_episodes, "validation")
             shape = getattr(self.algo, "describe_shape", None) or f"N={cfg.num_envs} envs x T={self.num_steps} steps"
+            if world_size() > 1:
+                shape += f" per process, {world_size()} processes ({cfg.num_envs * world_size()} envs in all)"
             self.log(f"[seed {self.seed}] {cfg.env}: {shape} on "
                      f"{self.device}; " + (f"resumed at update {self.state.update}; " if self.resumed else "")
                      + f"initial policy: {self.goal.describe(self.state.baseline)}")

@@ -348,7 +348,11 @@ def test_rank_zero_writes_and_a_paused_run_resumes_every_rank_exactly(tmp_path):
     updates = [r["update"] for r in lines_a if "transitions" in r]
     assert updates == sorted(set(updates)) == [1, 2, 3, 4]  # one line per update: only rank 0 writes
     assert all(r["transitions"] > 8 for r in lines_a if "transitions" in r)  # more than one rank's rows
-    assert json.loads((whole / "summary.json").read_text())["status"] == "goal_not_met"
+    summary, config = (json.loads((whole / name).read_text()) for name in ("summary.json", "config.json"))
+    assert summary["status"] == "goal_not_met"
+    # the run's files say it ran on WORLD processes, and how many environments that made
+    assert summary["world_size"] == config["run_environment"]["world_size"] == WORLD
+    assert summary["total_envs"] == config["run_environment"]["total_envs"] == WORLD * config["num_envs"]
 
 
 # --- a lost process ---------------------------------------------------------------------------------------------
