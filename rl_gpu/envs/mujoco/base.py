@@ -316,6 +316,17 @@ class MujocoEnv(TensorEnv[MjInner]):
             self._term_sums.zero_()
         return super().reset(seed)
 
+    # A row restarted by hand starts its reward-term sums afresh: the abandoned steps belong to no episode.
+    def reset_rows(self, rows: Tensor):
+        if self._term_sums is not None:
+            self._term_sums = torch.where(rows.to(self.device).unsqueeze(1), 0.0, self._term_sums)
+        return super().reset_rows(rows)
+
+    def set_rows(self, rows: Tensor, inner: MjInner) -> None:
+        super().set_rows(rows, inner)
+        if self._term_sums is not None:
+            self._term_sums[torch.as_tensor(rows, device=self.device).long().flatten()] = 0.0
+
     def state_dict(self) -> dict[str, Any]:
         """The base's state, the reward-term sums and the randomisation pool's scales (the physics each
         ``variant`` index stands for), so that a batch built with another seed resumes exactly."""

@@ -121,6 +121,26 @@ def test_reward_terms_sum_to_the_episode_return():
     assert torch.isnan(env.reward_term_stats()["forward"])  # nothing finished since the last read
 
 
+@pytest.mark.parametrize("restart", ["reset_rows", "set_rows"])
+def test_a_row_restarted_by_hand_sums_only_its_new_episodes_terms(restart):
+    env = HalfCheetahEnv(1, seed=1, num_threads=1)
+    env.max_episode_steps = 10
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):  # half an episode, then the row starts again
+        env.step(torch.rand(1, 6, generator=g) * 2 - 1)
+    if restart == "reset_rows":
+        env.reset_rows(torch.tensor([True]))
+    else:
+        env.set_rows([0], env.draw_starts(1))
+    ctrl = 0.0
+    for _ in range(10):
+        result = env.step(torch.rand(1, 6, generator=g) * 2 - 1)
+        ctrl += float(env._step_terms[0, 1])
+    assert bool(result.truncated[0])
+    # the finished episode's ctrl term sums its own 10 steps, not the 5 abandoned ones too
+    assert float(env.reward_term_stats()["ctrl"]) == pytest.approx(ctrl, rel=1e-9)
+
+
 class ShortCheetah(HalfCheetahEnv):
     max_episode_steps = 50
 
