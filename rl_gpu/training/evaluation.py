@@ -90,7 +90,9 @@ class EvalResult:
                 f"mean return {self.mean_return:.2f} ± {self.return_ci:.2f} (95% CI) over {self.episodes} episodes, "
                 f"mean length {self.mean_length:.1f}"
             )
+        # The game's own units first (chips for poker): a win rate alone hides how much each game wins or loses.
         lines = [
+            f"mean return {self.mean_return:+.4f} ± {self.return_ci:.4f} (95% CI) per game; "
             f"win rate {self.win_rate:.4f} [{self.ci_low:.4f}, {self.ci_high:.4f}] (95% Wilson CI), "
             f"{self.wins}/{self.episodes} games"
         ]
