@@ -245,6 +245,22 @@ class LoadedPolicy:
         out, after = self.policy.act_with_state(x, state, mask, generator, deterministic)
         return self._output(out.action, single, as_numpy), after
 
+    @torch.no_grad()
+    def probabilities(self, obs: Any, mask: Any = None) -> Any:
+        """A discrete policy's probability of each action, ``[N, A]`` (``[A]`` for one observation), illegal
+        actions (``mask`` False) 0: the distribution :meth:`act` samples from, for computing exploitability or
+        mixing strategies. Inputs and outputs as :meth:`act`."""
+        if self.is_continuous:
+            raise ValueError("a continuous policy has a density over actions, not action probabilities")
+        if self.is_recurrent or self.num_agents is not None:
+            raise ValueError("probabilities are given for feed-forward policies shared by every row")
+        x, mask, single, as_numpy = self._inputs(obs, mask, False)
+        rows = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+        probs = torch.stack([self.policy.evaluate(x, rows + a, mask)[0].exp() for a in range(self.num_actions)], 1)
+        if mask is not None:
+            probs = torch.where(mask, probs, 0.0)
+        return self._output(probs, single, as_numpy)
+
     def initial_state(self, num_envs: int) -> Tensor:
         """A policy with memory: the state of ``num_envs`` fresh episodes."""
         if not self.is_recurrent:

@@ -42,6 +42,26 @@ def test_load_acts_like_the_saved_policy(tmp_path):
     assert sampled.shape == (32,) and int(sampled.max()) < 3
 
 
+def test_probabilities_are_what_act_samples_from(tmp_path):
+    policy = _discrete()
+    loaded = rl_gpu.load(_save(tmp_path / "best.pt", policy))
+    obs = torch.randn(256, 4, generator=torch.Generator().manual_seed(2)) * 3
+    probs = loaded.probabilities(obs)
+    assert probs.shape == (256, 3) and torch.allclose(probs.sum(1), torch.ones(256))
+    assert torch.equal(probs.argmax(1), loaded.act(obs))  # the most probable action is the deterministic one
+    # sampled frequencies over many draws of one observation follow them
+    one = obs[:1].expand(20000, 4)
+    draws = loaded.act(one, deterministic=False, generator=torch.Generator().manual_seed(3))
+    frequency = torch.bincount(draws, minlength=3).float() / 20000
+    assert torch.allclose(frequency, probs[0], atol=0.015), (frequency, probs[0])
+    mask = torch.tensor([True, False, True])
+    masked = loaded.probabilities(obs[0].numpy(), mask.numpy())
+    assert masked.shape == (3,) and masked[1] == 0 and abs(masked.sum() - 1) < 1e-6
+    with pytest.raises(ValueError, match="density"):
+        rl_gpu.load(_save(tmp_path / "c.pt", GaussianActorCritic(obs_dim=3, action_dim=2, hidden_sizes=(8,)),
+                          "Pendulum-v1")).probabilities(np.ones(3))
+
+
 def test_load_continuous(tmp_path):
     torch.manual_seed(0)
     policy = GaussianActorCritic(obs_dim=3, action_dim=2, hidden_sizes=(8,))
