@@ -136,8 +136,8 @@ def test_ppo_learns_from_the_rollout_and_its_mirror_image_rated_by_the_collectin
     assert bool(torch.isfinite(result["loss"]))
 
 
-@pytest.mark.parametrize("env_id, needle", [("CartPole-v1", "declares no left-right symmetry"),
-                                            ("Go1-Velocity-v0?obs_mask=0,1,2", "declares no left-right symmetry")])
+# (a wrapped Go1's mirror is None: the first test; the refusal is the same line)
+@pytest.mark.parametrize("env_id, needle", [("CartPole-v1", "declares no left-right symmetry")])
 def test_a_task_without_a_declared_symmetry_is_refused_in_one_line(tmp_path, call_main, env_id, needle):
     from rl_gpu.cli.train import main
 

@@ -72,7 +72,7 @@ def _assert_same_state(a, b):
 # A pause after 4 updates on CartPole and Pendulum repeats what the pause after 1 and Roulette's after 4 check: slow.
 @pytest.mark.parametrize("env_id, pause_at", [
     ("CartPole-v1", 1), ("RussianRoulette-v0", 1), pytest.param("Pendulum-v1", 1, marks=pytest.mark.slow),
-    ("RussianRoulette-v0", 4),
+    pytest.param("RussianRoulette-v0", 4, marks=pytest.mark.slow),
     pytest.param("CartPole-v1", 4, marks=pytest.mark.slow), pytest.param("Pendulum-v1", 4, marks=pytest.mark.slow),
 ])
 def test_stop_and_resume_is_bit_identical(tmp_path, env_id, pause_at):
