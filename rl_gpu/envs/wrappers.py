@@ -76,7 +76,7 @@ def split_wrappers(env_id: str) -> tuple[str, Wrapping | None, dict[str, Any]]:
 _with_params: dict[tuple, type] = {}
 
 
-def _typed(env_id: str, name: str, value: Any, default: Any) -> Any:
+def _typed(value: Any, default: Any) -> Any:
     """An id's text value in the type of the parameter's default (``"0.4,1.25"`` for a tuple of numbers)."""
     if isinstance(default, tuple):
         parts = str(value).split(",")
@@ -101,7 +101,7 @@ def with_params(cls: type, env_id: str, params: dict[str, Any]) -> type:
             takes = ", ".join(defaults) if defaults else "no parameters of its own"
             raise UsageError(f"{env_id!r}: unknown id parameter {name!r}; {getattr(cls, '__name__', cls)} takes "
                              f"{takes}, and the wrappers {' and '.join(WRAPPER_PARAMETERS)}")
-        typed = _typed(env_id, name, value, defaults[name])
+        typed = _typed(value, defaults[name])
         if typed is None:
             raise UsageError(f"{env_id!r}: {name} takes {len(defaults[name])} numbers joined by ',' "
                              f"(as {','.join(map(str, defaults[name]))}), got {value!r}")

@@ -22,6 +22,7 @@ def _teacher(tmp_path, env_id="CartPole-v1", seed=0):
     env = make(env_id, num_envs=1)
     torch.manual_seed(seed)
     policy = policy_for_env(env.spec, (16,))
+    torch.nn.init.normal_(policy.actor[-1].weight, std=1.0)  # a teacher whose choice depends on the state
     path = tmp_path / f"teacher-{seed}.pt"
     save_checkpoint(path, {"env_id": env_id, "algo": "ppo", "policy_config": policy.config(),
                            "algorithm": {"policy": policy.state_dict()}})

@@ -78,24 +78,16 @@ def teacher_view(teacher_path: str, env: Any) -> tuple[nn.Module, Any, str]:
 
 
 def _load_teacher(path: str, device: torch.device) -> tuple[nn.Module, dict]:
-    """The checkpoint's policy (weights-only read, rebuilt from its recorded kind and configuration, weights
-    loaded strictly and finite) in eval mode, frozen; one-line :class:`UsageError` otherwise."""
-    from rl_gpu.nn.kinds import policy_kind
-    from rl_gpu.runtime.checkpoint import CheckpointError, load_checkpoint, policy_part
+    """The checkpoint's policy, checked as ``rl_gpu.load`` checks it, in eval mode and frozen; one-line
+    :class:`UsageError` otherwise."""
+    from rl_gpu.nn.rebuild import load_policy
+    from rl_gpu.runtime.checkpoint import CheckpointError
 
     try:
-        payload = load_checkpoint(path, "cpu")
-        config, state = policy_part(payload, path)
-        policy = policy_kind(config["kind"]).build(config)
-        policy.load_state_dict(state, strict=True)
+        policy, payload = load_policy(path, device)
     except CheckpointError as e:
         raise UsageError(f"--teacher {e}") from None
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise UsageError(f"--teacher {path}: its policy cannot be rebuilt ({type(e).__name__}: "
-                         f"{str(e).strip()[:160]})") from None
-    if not all(bool(torch.isfinite(t).all()) for t in policy.state_dict().values() if t.is_floating_point()):
-        raise UsageError(f"--teacher {path}: its weights are not all finite")
-    return policy.to(device).eval().requires_grad_(False), payload
+    return policy.requires_grad_(False), payload
 
 
 def _actions(spec: Any) -> str:
