@@ -4,7 +4,7 @@ A hand-minimised step outside the env contract: the state one ``[4, N]`` float64
 Gymnasium's operation order, no action validation, no ``StepResult``, legal actions or statistics, and fresh
 starts drawn only for the rows that finished (``nonzero`` + ``index_copy_``; another random stream than
 ``TensorEnv.step``'s). It is not an API: it measures the floor an eager ``TensorEnv.step`` could reach with
-every service removed (benchmarks/README.md, section 15). Before timing, one step from an injected state is
+every service removed (benchmarks/HISTORY.md, section 15). Before timing, one step from an injected state is
 checked against Gymnasium's on the rows that did not finish.
 
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/eager_step_floor.py [--num-envs 4096] [--rounds 3]

@@ -15,7 +15,7 @@ each of the K lone runs in turn, then one population iteration.
 Then what batching can give on this machine: a lone run's iteration at N rows (``T_N``) against the same run at
 1 row (``T_1``: the same calls, Python and dispatch, with almost no arithmetic), alternately. A population
 removes per-call cost; the work that grows with the rows, ``T_N - T_1`` (the products and the passes over the
-activations), it still does K times, and its batched products run at a lone run's rate (benchmarks/README.md,
+activations), it still does K times, and its batched products run at a lone run's rate (benchmarks/HISTORY.md,
 section 21). Removing all per-call cost while doing the per-row work at a lone run's rate gives
 ``T_N / (T_N - T_1)``: an estimate (both times move with the host), not a strict bound, since some per-row work is
 a little cheaper in one large call.

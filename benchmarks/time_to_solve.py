@@ -37,7 +37,7 @@ ZOO = {"n_envs": 8, "n_timesteps": 100_000, "n_steps": 32, "batch_size": 256, "g
        "n_epochs": 20, "ent_coef": 0.0, "learning_rate": 0.001, "clip_range": 0.2}
 
 # rl_gpu's settings for this benchmark, chosen by searching about 50 settings on seeds 101-110 and confirming the
-# best few on seeds 111-130 (benchmarks/README.md); seeds 1-10, reported, were never used to choose: 8
+# best few on seeds 111-130 (benchmarks/HISTORY.md section 4); seeds 1-10, reported, were never used to choose: 8
 # environments x 128 steps per update (1024 transitions), 8 epochs of 4 minibatches of 256, learning rate 8e-3
 # annealed linearly to 0 over 30k steps, gamma 0.99, GAE lambda 0.9, no entropy bonus, no value clipping (SB3's
 # default).

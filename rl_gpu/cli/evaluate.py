@@ -202,6 +202,8 @@ def _evaluate(config: EvaluateConfig) -> int:
             raise CheckpointError(f"{config.checkpoint}: policy chooses among {policy_actions} actions, "
                                   f"{env_id} takes {spec.action_size}")
         if config.video is not None:
+            from rl_gpu.interop.video import video_setup
+
             video_env, renderer = video_setup(probe, env_id, lambda: make_env(1, derive_seed(seed, "video")))
     except (UsageError, CheckpointError) as e:
         fail(PROG, str(e))
@@ -300,31 +302,6 @@ def exploitability_report(env, policy, deterministic: bool) -> dict:
           f"         random {random.describe()}\n"
           f"         ({measured.definition})")
     return {"policy": measured.to_dict(), "random": random.to_dict(), "deterministic": deterministic}
-
-
-def video_setup(probe, env_id: str, make_video_env):
-    """``(environment, renderer)`` for ``--video``, made before anything is evaluated so that a task that cannot
-    be filmed, or a machine that cannot render, is refused at once (:class:`UsageError`); the renderer is None
-    for an environment that draws itself (VMAS)."""
-    from rl_gpu.core.errors import UsageError
-    from rl_gpu.interop.video import draws_itself, require_mujoco_env
-
-    require_mujoco_env(probe, env_id)
-    env = make_video_env()
-    if draws_itself(env):
-        try:
-            env.render_frame(0)  # a machine that cannot draw says so now, before the evaluation
-        except Exception as e:  # the renderer's own errors (no OpenGL, no display) vary by machine
-            env.close()
-            raise UsageError(f"--video: {env_id} cannot draw on this machine: {' '.join(str(e).split())}") from None
-        return env, None
-    from rl_gpu.envs.mujoco.render import FrameRenderer, RenderError
-
-    try:
-        return env, FrameRenderer(env)
-    except RenderError as e:
-        env.close()
-        raise UsageError(str(e)) from None
 
 
 if __name__ == "__main__":

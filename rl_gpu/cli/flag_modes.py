@@ -28,6 +28,10 @@ NEEDS: dict[str, tuple[str, str]] = {
     "lr_step_every": ("steps_lr", "--lr-schedule step"),
     "lr_step_gamma": ("steps_lr", "--lr-schedule step"),
     "desired_kl": ("adapts_lr", "--lr-schedule adaptive-kl"),
+    "track_project": ("track", "--track"),
+    "track_name": ("track", "--track"),
+    "track_tags": ("track", "--track"),
+    "mlflow_uri": ("tracks_mlflow", "--track mlflow"),
 }
 """Training flags that do something only with another setting on: ``flag field -> (field, flag)``."""
 
@@ -44,7 +48,7 @@ EVERY_MODE = frozenset({
     "init_log_std", "min_updates", "max_updates", "total_timesteps",
     "eval_every", "eval_episodes", "final_eval_episodes", "consecutive_passes", "success_z", "solve_threshold",
     "deterministic_eval", "device", "threads", "compile", "overwrite", "config", "resume", "checkpoint_every",
-    "log_every", "quiet", "self_play", "algo_params",
+    "log_every", "quiet", "self_play", "algo_params", "track", "video_every",
 })
 """Training flags that apply to every run (an algorithm may still declare one it ignores)."""
 

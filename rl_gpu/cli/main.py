@@ -13,6 +13,7 @@ COMMANDS = {
     "plot": "learning curves of runs as a PNG",
     "export": "a checkpoint's policy as ONNX or TorchScript",
     "bench": "throughput of env steps, rollouts and training over N (transitions/s)",
+    "tune": "search hyper-parameters with Optuna (a study in SQLite that a second run continues)",
 }
 
 USAGE = "usage: rl-gpu {" + ",".join(COMMANDS) + "} [--help] [--version] ...\n\n" + "\n".join(
@@ -44,6 +45,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         from rl_gpu.cli.export import main as run
     elif command == "bench":
         from rl_gpu.cli.bench import main as run
+    elif command == "tune":
+        from rl_gpu.cli.tune import main as run
     else:
         print(f"rl-gpu: error: unknown command {command!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2

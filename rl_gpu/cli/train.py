@@ -27,6 +27,7 @@ from typing import Annotated, Literal
 import tyro
 
 from rl_gpu.cli.flag_modes import check_flags_apply, with_lr_flags
+from rl_gpu.cli.outputs import output_callbacks
 from rl_gpu.cli.parsing import fail, other_rank, parse, quiet_broken_pipe, version_text
 from rl_gpu.cli.presets import describe_custom_defaults, has_preset, preset_config
 from rl_gpu.core.errors import UsageError
@@ -334,14 +335,16 @@ def _main(argv: Sequence[str] | None = None) -> int:
         with process_group(config.device):
             main_process = is_main_process()
             check_config(config)  # what several processes cannot run (nothing without torchrun)
+            callbacks = output_callbacks(config) if main_process else []
             if saved is not None:
-                results = [resume(config.resume, config, measure=exploitability_measure(config))]
+                results = [resume(config.resume, config, measure=exploitability_measure(config),
+                                  callbacks=callbacks)]
             elif config.parallel:
                 from rl_gpu.training.population import train_population
 
                 results = train_population(config)
             else:
-                results = train(config, measure=exploitability_measure(config))
+                results = train(config, measure=exploitability_measure(config), callbacks=callbacks)
     except (UsageError, CheckpointError) as e:
         fail(PROG, str(e))
     except KeyboardInterrupt:

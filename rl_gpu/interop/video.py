@@ -232,3 +232,25 @@ def _record_drawn(policy, env, path: Path, limit: int, deterministic: bool, gene
         frames = writer.frames
     return VideoResult(path=path, frames=frames, steps=steps, episode_return=total, ended=ended, fps=fps,
                        width=int(first.shape[1]), height=int(first.shape[0]))
+
+
+def video_setup(probe, env_id: str, make_video_env, flag: str = "--video"):
+    """``(environment, renderer)`` for ``--video`` (or ``flag``), made before anything is evaluated so that a task that cannot
+    be filmed, or a machine that cannot render, is refused at once (:class:`UsageError`); the renderer is None
+    for an environment that draws itself (VMAS)."""
+    require_mujoco_env(probe, env_id)
+    env = make_video_env()
+    if draws_itself(env):
+        try:
+            env.render_frame(0)  # a machine that cannot draw says so now, before the evaluation
+        except Exception as e:  # the renderer's own errors (no OpenGL, no display) vary by machine
+            env.close()
+            raise UsageError(f"{flag}: {env_id} cannot draw on this machine: {' '.join(str(e).split())}") from None
+        return env, None
+    from rl_gpu.envs.mujoco.render import FrameRenderer, RenderError
+
+    try:
+        return env, FrameRenderer(env)
+    except RenderError as e:
+        env.close()
+        raise UsageError(str(e)) from None

@@ -130,7 +130,7 @@ def _onednn_applies(x: Tensor, weight: Tensor) -> bool:
 def _onednn_linear_tanh(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """``tanh(x W^T + b)`` in one oneDNN call: the bias and tanh are applied as the product's tiles are written,
     where ``addmm`` first copies the broadcast bias into the whole output and the activation is another pass
-    (benchmarks/README.md, section 18). oneDNN's tanh is within 6e-8 of ``torch.tanh``."""
+    (benchmarks/HISTORY.md, section 18). oneDNN's tanh is within 6e-8 of ``torch.tanh``."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "tanh", [], "")
 
 
@@ -202,7 +202,7 @@ class _Linear(_LinearNode):
 
     ``grad_W = g^T x`` (``[out, in]``, a sum over the rows) is the same sum as ``(x^T g)^T``, but MKL runs a
     product with few result rows and many result columns several times faster than the transposed one (a
-    4 -> 64 layer's ``g^T x`` is the slow kind, a 64 -> 2 layer's the fast one; benchmarks/README.md), so the
+    4 -> 64 layer's ``g^T x`` is the slow kind, a 64 -> 2 layer's the fast one; benchmarks/HISTORY.md section 14), so the
     product is taken with the smaller of ``in`` and ``out`` as its rows. The sums come out in another order, so
     the gradient can differ from autograd's by float32 rounding."""
 
@@ -291,7 +291,7 @@ class _StackedLinearTanh(_LinearTanhNode):
     def forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         # One batched product starting from the bias, then tanh in place: oneDNN's fused Linear + tanh member by
         # member (a lone run's form) needs a torch.stack of the outputs after it, which costs more than the
-        # fusion saves (benchmarks/README.md, section 20).
+        # fusion saves (benchmarks/HISTORY.md, section 20).
         return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2)).tanh_()
 
 
@@ -357,7 +357,7 @@ class MLP(nn.Sequential):
     With gradients (the update) each ``Linear`` and the ``Tanh`` after it are one :class:`_LinearTanh` node
     (forward that oneDNN call or the sigmoid form with only the factor 2 folded into the weights; backward
     ``tanh``'s fused kernel, measured faster than the folded form's ``sigmoid_backward``,
-    benchmarks/README.md); other linear layers with gradients go through :class:`_Linear`. Compiled for the CPU,
+    benchmarks/HISTORY.md sections 13 and 14); other linear layers with gradients go through :class:`_Linear`. Compiled for the CPU,
     the layers run one by one and :class:`Tanh` takes its rational form.
     """
 

@@ -5,7 +5,7 @@ the kernel when it is freed, and shrinks its heap whenever the free memory at it
 threshold. A PPO update allocates and frees its activations, megabytes each, for every minibatch: their pages
 then come back from the kernel zeroed, one page fault per 4 KiB on first touch, tens of thousands per iteration,
 and how many depends on the allocation history, so the same code runs at different speeds in different
-processes. Keeping freed memory on the heap removes both (benchmarks/README.md section 14). XLA and the GPU
+processes. Keeping freed memory on the heap removes both (benchmarks/HISTORY.md section 14). XLA and the GPU
 caching allocator keep their buffers for the same reason.
 """
 

@@ -4,7 +4,7 @@
 ``mm`` followed by ``+ bias``, which Inductor then fuses into the elementwise loop that reads the product anyway
 (a hidden layer's activation). ATen's CPU ``addmm`` first copies the broadcast bias into its whole output and
 then accumulates the product onto it: one more write and read of the output than the product alone, for a
-16,384 x 64 layer as long as the product itself (benchmarks/README.md, section 18). Inductor makes the same
+16,384 x 64 layer as long as the product itself (benchmarks/HISTORY.md, section 18). Inductor makes the same
 rewrite for GPUs (``unfuse_bias_add_to_pointwise``), and on the CPU re-fuses ``mm + bias`` into ``addmm``; this
 pass runs after its patterns.
 """

@@ -171,6 +171,22 @@ class TrainConfig:
     """plain progress: print a line every this many updates"""
     quiet: bool = False
     """plain progress lines instead of the live view (also when stdout is not a terminal)"""
+    track: tuple[Literal["wandb", "mlflow"], ...] = ()
+    """experiment trackers that receive the run too (several allowed): its settings, every metrics line,
+    validations, videos, the final evaluation, best.pt and last.pt; one tracker run per seed, continued by
+    --resume. wandb (rl-gpu[wandb]; WANDB_MODE=offline keeps it in OUTPUT/seed-N/wandb), mlflow (rl-gpu[mlflow])"""
+    track_project: str = "rl_gpu"
+    """--track: the W&B project and the MLflow experiment"""
+    track_name: str | None = None
+    """--track: the run's name, each seed's NAME-seed-N; None: the output folder's name"""
+    track_tags: tuple[str, ...] = ()
+    """--track: the run's tags"""
+    mlflow_uri: str | None = None
+    """--track mlflow: the tracking store: sqlite:///PATH.db, a PATH.db, a folder to hold mlflow.db, or a server's
+    address; default $MLFLOW_TRACKING_URI, else OUTPUT/mlflow.db (artifacts beside the database, in mlartifacts/)"""
+    video_every: int = 0
+    """film one episode of the policy every this many validations into OUTPUT/seed-N/videos/ and the trackers
+    (MuJoCo tasks, VMAS scenarios, MinAtar games; 0: never)"""
     self_play: bool = False
     """two-player games: the learner plays both seats against a league (its latest self, past snapshots, the
     uniform-random baseline; rl_gpu.training.league) instead of a uniform-random opponent; Elo ratings go to
@@ -207,6 +223,7 @@ class TrainConfig:
                    "checkpoint_every": MAX_UPDATES, "num_steps": MAX_NUM_STEPS, "total_timesteps": MAX_TIMESTEPS}
         check_bounds(self, bounded, label=flag_name)
         check_bounds(self, {"pbt_interval": MAX_UPDATES}, label=flag_name)
+        check_tracking(self)
         if self.pbt and not self.parallel:
             raise UsageError("--pbt trains a population: give --parallel too (and at least 4 --seeds)")
         if not self.seeds:
@@ -276,6 +293,10 @@ class TrainConfig:
         return LRSchedule(self.schedule_kind, self.lr_step_every, self.lr_step_gamma, self.desired_kl)
 
     @property
+    def tracks_mlflow(self) -> bool:
+        return "mlflow" in self.track
+
+    @property
     def uses_memory(self) -> bool:
         """The policy has memory (``--memory`` other than none)."""
         return self.memory != "none"
@@ -316,7 +337,8 @@ MAX_MEMORY_SIZE = 4096
 
 RESUMABLE_CHANGES = frozenset(
     {"max_updates", "total_timesteps", "device", "threads", "compile", "log_every", "checkpoint_every",
-     "final_eval_episodes", "resume", "overwrite", "output", "seeds", "config", "quiet", "parallel"}
+     "final_eval_episodes", "resume", "overwrite", "output", "seeds", "config", "quiet", "parallel", "track",
+     "track_project", "track_name", "track_tags", "mlflow_uri", "video_every"}
 )
 """Fields that may differ from the saved configuration when a run is resumed."""
 
@@ -351,3 +373,17 @@ def config_from_dict(data: dict) -> TrainConfig:
 def check_machine_limits(config: TrainConfig) -> None:
     """Limits that depend on this machine (checked when a run starts, not when a configuration is read)."""
     check_threads(config.threads)
+
+
+def check_tracking(config: TrainConfig) -> None:
+    """The tracking and video settings, each refused in one line (an empty or repeated name, a negative count)."""
+    if len(set(config.track)) != len(config.track):
+        raise UsageError(f"--track names a tracker twice: {list(config.track)}")
+    for flag, value in (("--track-project", config.track_project), ("--track-name", config.track_name),
+                        ("--mlflow-uri", config.mlflow_uri), *(("--track-tags", t) for t in config.track_tags)):
+        if value is not None and (not value.strip() or len(value) > 256 or not value.isprintable()):
+            raise UsageError(f"{flag} must be printable text of 1 to 256 characters, got {value!r}")
+    if isinstance(config.video_every, bool) or not isinstance(config.video_every, int) \
+            or not 0 <= config.video_every <= MAX_UPDATES:
+        raise UsageError(f"--video-every must be a whole number from 0 (never) to {MAX_UPDATES}, got "
+                         f"{config.video_every!r}")

@@ -70,6 +70,9 @@ class ValidationDone:
     """This validation is the best so far: best.pt now holds this policy."""
     record: Mapping[str, object]
     """The validation as metrics.jsonl has it (score, passed, streak, exploitability where measured)."""
+    policy: object = None
+    """The policy as it is at this validation (the run's own: act with it under ``torch.inference_mode()`` and
+    without a generator of the run's, and change nothing, or the run is no longer the same)."""
 
 
 @dataclass(frozen=True)

@@ -295,6 +295,8 @@ class Trainer(CheckpointMixin):
                             break
                         if self.state.streak >= cfg.consecutive_passes:
                             status, reason = self.budget.success_status(self.state)
+                        by_callback = all_agree(self.events.stop_by is not None)  # a ValidationDone's answer
+                        pause = pause or by_callback
                     logger.log_update(last.update, last.global_step, last.record, phases=last.phases)
                     if bad is not None or bad_state:
                         what = (f"non-finite loss or gradient at update {bad}" if bad is not None else

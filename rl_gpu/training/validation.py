@@ -27,7 +27,7 @@ def validate(trainer) -> dict:
     trainer.log(f"[seed {trainer.seed}] validation @ {state.update}: {goal.describe(result)}{note}  {why}{streak}")
     record = {"score": score, "passed": ok, "streak": state.streak, **extra}
     trainer.events.emit(ValidationDone(trainer.seed, trainer.run_dir, state.update, state.global_step, score, ok,
-                                       state.streak, best, dict(record)))
+                                       state.streak, best, dict(record), trainer.algo.policy))
     return record
 
 

@@ -164,9 +164,13 @@ def test_evaluate_bad_checkpoints(tmp_path, trained, call_main):
     assert not marker.exists(), "the crafted checkpoint executed code"
 
 
-def test_evaluate_bad_flags():
-    _one_line_error(run("-m", "rl_gpu.evaluate"))
-    _one_line_error(run("-m", "rl_gpu.evaluate", "--checkpoint", "x.pt", "--episodes", "0"))
+def test_evaluate_bad_flags(call_main):
+    from rl_gpu.cli.evaluate import main as evaluate
+
+    for args in ((), ("--checkpoint", "x.pt", "--episodes", "0")):
+        code, _, err = call_main(evaluate, *args)
+        lines = [x for x in err.splitlines() if x.strip()]
+        assert code == 2 and len(lines) == 1 and "error:" in lines[0] and "Traceback" not in err, err
 
 
 def test_output_into_a_closed_pipe_ends_quietly():

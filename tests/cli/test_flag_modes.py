@@ -15,9 +15,11 @@ from rl_gpu.training.config import TrainConfig
 BASE = ["--device", "cpu", "--num-envs", "8", "--max-updates", "1", "--quiet"]
 SAMPLE = {"snapshot_every": "3", "pool_size": "3", "pfsp": "hard", "latest_share": "0.3", "baseline_share": "0.1",
           "pbt_interval": "5", "memory_size": "16", "lr_step_every": "0.5", "lr_step_gamma": "0.3",
-          "desired_kl": "0.02"}
+          "desired_kl": "0.02", "track_project": "p", "track_name": "n", "track_tags": "t",
+          "mlflow_uri": "sqlite:///x.db"}
 SWITCH_ON = {"uses_memory": {"memory": "gru"}, "steps_lr": {"lr_schedule": "step"},
-             "adapts_lr": {"lr_schedule": "adaptive-kl"}}
+             "adapts_lr": {"lr_schedule": "adaptive-kl"}, "track": {"track": ("wandb",)},
+             "tracks_mlflow": {"track": ("mlflow",)}}
 """Settings that a property of the configuration reads (the others are boolean fields: True)."""
 
 

@@ -60,13 +60,13 @@ def test_bench_compares_with_gymnasium(tmp_path):
     assert ratio["ratio"] > 0 and "/ Gymnasium" in text
 
 
-def test_bench_cli_refuses_bad_input():
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+def test_bench_cli_refuses_bad_input(call_main):
+    from rl_gpu.cli.bench import main as bench
+
     for args in (["--num-envs", "0"], ["--env", "Nope-v0"], ["--compile", "cudagraphs", "--device", "cpu"]):
-        out = subprocess.run([sys.executable, "-m", "rl_gpu", "bench", *args, "--output", os.devnull],
-                             capture_output=True, text=True, env=env, check=False)
-        assert out.returncode == 2 and out.stderr.startswith("rl-gpu bench: error:"), (args, out.stderr)
-        assert len(out.stderr.strip().splitlines()) == 1
+        code, _, err = call_main(bench, *args, "--output", os.devnull)
+        assert code == 2 and err.startswith("rl-gpu bench: error:"), (args, err)
+        assert len(err.strip().splitlines()) == 1
 
 
 def test_rollout_storage_of_65536_cartpoles_is_well_under_2_gb():
@@ -174,7 +174,7 @@ def test_bench_compares_a_mujoco_task_with_gymnasiums_own(tmp_path):
 
 
 def test_eager_step_floor_steps_cartpole_as_gymnasium_does(benchmark_script):
-    """benchmarks/eager_step_floor.py's minimal step (the floor section 15 of benchmarks/README.md reports) is
+    """benchmarks/eager_step_floor.py's minimal step (the floor section 15 of benchmarks/HISTORY.md reports) is
     CartPole: one injected step equals Gymnasium's, and over 600 steps every row stays within the 500-step limit
     and restarts inside the reset box."""
     floor = benchmark_script("eager_step_floor")

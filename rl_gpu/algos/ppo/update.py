@@ -90,7 +90,7 @@ def _loss_unit(policy: nn.Module, config: PPOConfig, autocast: tuple[str, torch.
 
 
 def _rows(v: Tensor, idx: Tensor) -> Tensor:
-    """``v[idx]`` (``idx``: ``[M]`` int64), in the form each path runs fastest (benchmarks/README.md section 14):
+    """``v[idx]`` (``idx``: ``[M]`` int64), in the form each path runs fastest (benchmarks/HISTORY.md section 14):
     eager, ``index_select`` (faster than advanced indexing for these row gathers on the CPU); compiled, plain
     indexing, except that a ``[B, A]`` boolean (the action mask) is gathered through its flat view: Inductor's
     CPU code for a boolean row gather with a short inner dimension runs per element."""
