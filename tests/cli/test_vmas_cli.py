@@ -46,6 +46,7 @@ def test_a_short_mappo_run_trains_evaluates_films_exports_and_resumes(tmp_path):
     assert [r["update"] for r in lines if "loss" in r] == [1, 2, 3]
 
 
+@pytest.mark.slow  # suite time; tests/algos/test_population_mappo.py checks each member against its lone update
 def test_seeds_in_parallel_each_keep_a_lone_runs_files_and_resume_alone(tmp_path):
     out = tmp_path / "nav"
     args = [a if a != "3" else "4" for a in TINY]  # --seeds 4 5
