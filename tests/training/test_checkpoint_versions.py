@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from rl_gpu.nn.actor_critic import policy_for_env
@@ -41,6 +42,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+@pytest.mark.slow  # suite time; the refusal to resume a version-1 run still runs in the suite
 def test_a_version_1_checkpoint_evaluates_and_exports(tmp_path):
     last = _version_1_run(tmp_path / "old" / "seed-5")
     out = _run("evaluate", "--checkpoint", str(last), "--device", "cpu", "--episodes", "8", "--num-envs", "8")
