@@ -14,23 +14,37 @@ from collections.abc import Callable
 
 NETS = {"small": (64, 64), "medium": (256, 256), "big": (400, 300)}
 """``hidden_sizes`` by name (RL-Zoo's ``net_arch``)."""
+LEARNING_RATES = (1e-5, 1e-2)
+"""PPO's learning-rate range (log-uniform)."""
+CLIP_COEFS = [0.1, 0.2, 0.3, 0.4]
+ENT_COEFS = (1e-8, 0.1)
+"""PPO's entropy-coefficient range (log-uniform)."""
 
 
 def ppo_space(trial, budget: int) -> dict:
     """PPO (also MAPPO and IPPO): RL-Zoo's PPO space without its orthogonal-init and activation choices."""
     return {
-        "learning_rate": trial.suggest_float("learning_rate", 1e-5, 1e-2, log=True),
+        "learning_rate": trial.suggest_float("learning_rate", *LEARNING_RATES, log=True),
         "num_steps": trial.suggest_categorical("num_steps", [16, 32, 64, 128, 256, 512]),
         "num_minibatches": trial.suggest_categorical("num_minibatches", [1, 2, 4, 8, 16, 32]),
         "update_epochs": trial.suggest_categorical("update_epochs", [1, 3, 5, 10, 20]),
         "gamma": trial.suggest_categorical("gamma", [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]),
         "gae_lambda": trial.suggest_categorical("gae_lambda", [0.8, 0.9, 0.92, 0.95, 0.98, 0.99, 1.0]),
-        "clip_coef": trial.suggest_categorical("clip_coef", [0.1, 0.2, 0.3, 0.4]),
-        "ent_coef": trial.suggest_float("ent_coef", 1e-8, 0.1, log=True),
+        "clip_coef": trial.suggest_categorical("clip_coef", CLIP_COEFS),
+        "ent_coef": trial.suggest_float("ent_coef", *ENT_COEFS, log=True),
         "vf_coef": trial.suggest_float("vf_coef", 0.0, 1.0),
         "max_grad_norm": trial.suggest_categorical("max_grad_norm", [0.3, 0.5, 0.7, 0.9, 1.0, 2.0, 5.0]),
         "hidden_sizes": NETS[trial.suggest_categorical("net", ["small", "medium"])],
     }
+
+
+def ppo_member_space(trial, budget: int) -> dict:
+    """PPO trials run as one population (``rl-gpu tune --population K``): only what its members may differ in
+    (:data:`rl_gpu.algos.population.ppo.HYPER_PARAMETERS`), from :func:`ppo_space`'s ranges; the rest is the
+    preset's (and ``--fixed``)."""
+    return {"learning_rate": trial.suggest_float("learning_rate", *LEARNING_RATES, log=True),
+            "clip_coef": trial.suggest_categorical("clip_coef", CLIP_COEFS),
+            "ent_coef": trial.suggest_float("ent_coef", *ENT_COEFS, log=True)}
 
 
 def _off_policy(trial, budget: int) -> dict:
@@ -62,3 +76,5 @@ def td3_space(trial, budget: int) -> dict:
 SPACES: dict[str, Callable] = {"ppo": ppo_space, "mappo": ppo_space, "ippo": ppo_space, "sac": sac_space,
                                "td3": td3_space}
 """algorithm -> its search space; ``rl-gpu tune`` refuses an algorithm without one."""
+MEMBER_SPACES: dict[str, Callable] = {"ppo": ppo_member_space, "mappo": ppo_member_space, "ippo": ppo_member_space}
+"""algorithm -> its space under ``--population`` (algorithms whose trials can run as one population)."""

@@ -13,6 +13,11 @@ once its heartbeat is 60 s old, and not counted), and several processes given th
 trial is left to run, the best trial's settings are written as ``OUTPUT/best.json`` (``rl-gpu train --config
 OUTPUT/best.json`` trains them) and a table of every trial (number, state, score, pruned at, seconds, settings) is
 printed and saved as ``OUTPUT/trials.csv``.
+
+With ``--population K`` (PPO, MAPPO, IPPO on tensor environments) K trials at a time train together as one
+population in this process (:func:`rl_gpu.training.population.train_members`: one rollout of every trial's rows,
+one batched update); they draw only what a population's members may differ in (learning rate, ``clip_coef``,
+``ent_coef``) over the preset, and a pruned trial's rows are frozen while the others go on.
 """
 
 from __future__ import annotations
@@ -67,6 +72,9 @@ class TuneConfig:
     fixed: tuple[str, ...] = ()
     """settings every trial shares, over the preset, as NAME=VALUE (rl-gpu train's flags with underscores; VALUE
     as JSON, else text), e.g. --fixed num_envs=64 eval_episodes=32; a drawn setting may not be fixed too"""
+    population: int = 1
+    """trials trained at once as one population (PPO, MAPPO, IPPO on tensor environments); above 1 they draw
+    only the learning rate, clip_coef and ent_coef, the rest being the preset's"""
     seed: int = 0
     """each trial's training seed (the same for all, so trials differ by their settings) and the sampler's"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -76,7 +84,8 @@ class TuneConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, label=flag_name)
-        check_bounds(self, {"trials": 100_000, "budget": MAX_TIMESTEPS, "evals": 1000, "threads": None},
+        check_bounds(self, {"trials": 100_000, "budget": MAX_TIMESTEPS, "evals": 1000, "threads": None,
+                           "population": 256},
                      label=flag_name)
         if not 0 <= self.seed < 2**63:
             raise UsageError(f"--seed must be between 0 and 2**63 - 1, got {self.seed}")
@@ -99,6 +108,24 @@ class TuneConfig:
         return out
 
     @property
+    def space(self):
+        """The trials' search space (a function of an Optuna trial and the budget)."""
+        from rl_gpu.cli.search_spaces import MEMBER_SPACES, SPACES
+
+        return (MEMBER_SPACES if self.population > 1 else SPACES)[self.algo]
+
+    def trial_config(self, number: int, overrides: dict):
+        """The training configuration of trial ``number`` with its drawn ``overrides``: ``--evals`` validations
+        (where the pruner may stop it) over exactly the budget."""
+        from rl_gpu.cli.api import build_config
+
+        config = build_config(self.env, self.algo, self.budget, output=self.output / f"trial-{number}",
+                              seed=self.seed, device=self.device, threads=self.threads, quiet=True,
+                              **self.fixed_settings(), **overrides)
+        updates = max(1, self.budget // (config.num_envs * (config.num_steps or 1)))
+        return dataclasses.replace(config, eval_every=max(1, updates // self.evals), max_updates=10**9)
+
+    @property
     def study(self) -> str:
         return self.study_name or f"{self.env}-{self.algo}"
 
@@ -107,7 +134,7 @@ class TuneConfig:
         return self.storage or f"sqlite:///{self.output.resolve() / 'sweep.db'}"
 
 
-class _Pruning(Callback):
+class Pruning(Callback):
     """Reports each validation to the trial; asks the run to stop (pause) when the pruner says so."""
 
     def __init__(self, trial) -> None:
@@ -128,7 +155,7 @@ class SweepInterrupted(Exception):
     """A stop signal ended a trial: the sweep stops too (the same command continues it)."""
 
 
-def _score(summary: dict) -> float:
+def trial_score(summary: dict) -> float:
     """The final evaluation's headline of a finished trial's summary: best.pt's mean return (or win rate)."""
     best = summary.get("final_evaluation", {}).get("best", {})
     for key in ("mean_return", "win_rate"):
@@ -140,19 +167,11 @@ def _score(summary: dict) -> float:
 def _objective(cfg: TuneConfig, study):
     import optuna
 
-    from rl_gpu.cli.api import build_config
-    from rl_gpu.cli.search_spaces import SPACES
     from rl_gpu.training.runner import train as train_run
 
     def objective(trial) -> float:
-        overrides = SPACES[cfg.algo](trial, cfg.budget)
-        run_dir = cfg.output / f"trial-{trial.number}"
-        config = build_config(cfg.env, cfg.algo, cfg.budget, output=run_dir, seed=cfg.seed, device=cfg.device,
-                              threads=cfg.threads, quiet=True, **cfg.fixed_settings(), **overrides)
-        per_update = config.num_envs * (config.num_steps or 1)
-        updates = max(1, cfg.budget // per_update)
-        config = dataclasses.replace(config, eval_every=max(1, updates // cfg.evals), max_updates=10**9)
-        pruning = _Pruning(trial)
+        config = cfg.trial_config(trial.number, cfg.space(trial, cfg.budget))
+        pruning = Pruning(trial)
         lines: list[str] = []
         start = time.perf_counter()
         (result,) = train_run(config, log=lines.append, display="off", callbacks=[pruning])
@@ -165,7 +184,7 @@ def _objective(cfg: TuneConfig, study):
             print(f"trial {trial.number}: pruned at step {pruning.pruned_at:,} (validation "
                   f"{pruning.last[0]:.4g}), {time.perf_counter() - start:.0f} s", flush=True)
             raise optuna.TrialPruned()
-        score = _score(result.summary)
+        score = trial_score(result.summary)
         print(f"trial {trial.number}: {result.status}, score {score:.4g}, {time.perf_counter() - start:.0f} s",
               flush=True)
         return score
@@ -193,7 +212,6 @@ def _finish(cfg: TuneConfig, study) -> None:
     import optuna
 
     from rl_gpu.cli.api import build_config
-    from rl_gpu.cli.search_spaces import SPACES
     from rl_gpu.runtime.files import atomic_write_bytes, atomic_write_json
 
     text, rows = _table(study)
@@ -210,7 +228,7 @@ def _finish(cfg: TuneConfig, study) -> None:
         return
     best = max(done, key=lambda t: t.value)
     # The preset with the best trial's draws and the budget (not the trial's own validation schedule).
-    overrides = SPACES[cfg.algo](optuna.trial.FixedTrial(best.params), cfg.budget)
+    overrides = cfg.space(optuna.trial.FixedTrial(best.params), cfg.budget)
     config = build_config(cfg.env, cfg.algo, cfg.budget, output=cfg.output / "best", seed=cfg.seed,
                           device=cfg.device, threads=cfg.threads, **cfg.fixed_settings(), **overrides)
     atomic_write_json(cfg.output / "best.json", config.to_dict())
@@ -221,13 +239,10 @@ def _finish(cfg: TuneConfig, study) -> None:
 def _open_storage(url: str, storage_class):
     """The study's database; a SQLite path that is a link, a folder or a special file is refused, and so is a URL
     the database cannot be opened at (one line each)."""
+    from rl_gpu.runtime.files import check_database_file
+
     if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
-        if os.path.islink(path) or (os.path.lexists(path) and not path.is_file()):
-            raise UsageError(f"--storage {url}: {path} is a symbolic link, a folder or a special file; give a "
-                             "regular file (or a new one)")
-        if not path.parent.is_dir():
-            raise UsageError(f"--storage {url}: {path.parent} is not an existing folder")
+        check_database_file(url.removeprefix("sqlite:///"), f"--storage {url}")
     try:
         return storage_class(url, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS)
     except Exception as e:  # SQLAlchemy's errors: a URL it cannot parse, a database it cannot open
@@ -239,10 +254,7 @@ def _drawn(cfg: TuneConfig) -> set[str]:
     """The settings the algorithm's space draws (each trial's overrides)."""
     import optuna
 
-    from rl_gpu.cli.search_spaces import SPACES
-
-    study = optuna.create_study()
-    return set(SPACES[cfg.algo](study.ask(), cfg.budget))
+    return set(cfg.space(optuna.create_study().ask(), cfg.budget))
 
 
 def run_sweep(cfg: TuneConfig) -> int:
@@ -253,11 +265,14 @@ def run_sweep(cfg: TuneConfig) -> int:
     except ImportError:
         raise UsageError("rl-gpu tune needs Optuna: pip install 'rl-gpu[tune]'") from None
     from rl_gpu.cli.api import build_config
-    from rl_gpu.cli.search_spaces import SPACES
+    from rl_gpu.cli.search_spaces import MEMBER_SPACES, SPACES
     from rl_gpu.runtime.files import check_writable
 
     if cfg.algo not in SPACES:
         raise UsageError(f"--algo {cfg.algo} has no search space; tune one of: {', '.join(SPACES)}")
+    if cfg.population > 1 and cfg.algo not in MEMBER_SPACES:
+        raise UsageError(f"--population: --algo {cfg.algo} trains no populations; give it to "
+                         f"{', '.join(MEMBER_SPACES)}, or leave it at 1")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # the heartbeat's
     # The environment, the algorithm and the settings every trial shares, checked before anything is written.
@@ -269,6 +284,10 @@ def run_sweep(cfg: TuneConfig) -> int:
                          f"(it draws: {', '.join(sorted(drawn))})")
     build_config(cfg.env, cfg.algo, cfg.budget, output=cfg.output / "check", seed=cfg.seed, device=cfg.device,
                  threads=cfg.threads, **fixed)
+    if cfg.population > 1:
+        from rl_gpu.cli.tune_population import check_can_batch
+
+        check_can_batch(cfg)
     for name in ("trials.csv", "best.json", "sweep.db"):
         check_writable(cfg.output / name)
     created = not os.path.lexists(cfg.output)
@@ -291,8 +310,13 @@ def run_sweep(cfg: TuneConfig) -> int:
           f"{cfg.budget:,} steps each, {cfg.evals} validations, {cfg.pruner} pruner", flush=True)
     if held < cfg.trials:
         try:
-            study.optimize(_objective(cfg, study), callbacks=[optuna.study.MaxTrialsCallback(cfg.trials, states)],
-                           catch=(UsageError, ValueError))
+            if cfg.population > 1:
+                from rl_gpu.cli.tune_population import optimize_in_populations
+
+                optimize_in_populations(cfg, study)
+            else:
+                study.optimize(_objective(cfg, study), catch=(UsageError, ValueError),
+                               callbacks=[optuna.study.MaxTrialsCallback(cfg.trials, states)])
         except SweepInterrupted as e:
             print(f"{PROG}: {e}; the same command continues the sweep", file=sys.stderr)
             _finish(cfg, study)

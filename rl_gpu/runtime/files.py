@@ -148,6 +148,20 @@ def check_output(path: str | Path, inputs: Sequence[str | Path] = ()) -> Path:
     return check_writable(path, inputs)
 
 
+def check_database_file(path: str | Path, what: str) -> Path:
+    """Refuse (with :class:`FileWriteError`, naming ``what``: the flag and its value) a database file that would be
+    written in place through a symbolic link, or that is a folder or a special file, or whose folder does not
+    exist; returns the path. A database is changed where it lies, so :func:`check_writable`'s link rule (a link
+    inside its own folder is replaced) does not apply: no link at all."""
+    path = Path(path).expanduser()
+    st = _lstat(path)
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise FileWriteError(f"{what}: {path} is a {describe_kind(st.st_mode)}; give a regular file (or a new one)")
+    if not path.parent.is_dir():
+        raise FileWriteError(f"{what}: {path.parent} is not an existing folder")
+    return path
+
+
 def atomic_write_bytes(path: str | Path, data: bytes, inputs: Sequence[str | Path] = ()) -> None:
     """Write ``data`` to ``path`` so that a crash leaves either the old file or the new one, never a mix.
 

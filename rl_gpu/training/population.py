@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from torch import Tensor, nn
@@ -189,47 +189,78 @@ def train_population(config: TrainConfig, log: Callable[[str], None] = print, st
     if check_callbacks(callbacks):
         raise UsageError("callbacks are not delivered under --parallel yet (its members run in threads of their "
                          "own): train the seeds without --parallel to use them")
-    device = prepare(config)
-    if config.compile not in ("auto", "off"):
-        raise UsageError(f"--parallel runs eagerly: --compile {config.compile} is not supported with it "
-                         "(use --compile off or auto)")
-    config = dataclasses.replace(config, compile="off")
-    run_dirs = [config.output / f"seed-{seed}" for seed in config.seeds]
-    check_run_dirs(run_dirs, config.overwrite)
     k = len(config.seeds)
     extra = ([config.output / "summary.json"] if k > 1 else []) + ([config.output / PBT_FILE] if config.pbt else [])
     for path in extra:
         if not config.overwrite and os.path.lexists(path):
             raise UsageError(f"{path} already exists (from an earlier run); pass --overwrite to replace it, or "
                              "choose another --output")
-    check_env_and_memory(dataclasses.replace(config, num_envs=config.num_envs * k), device)
-    display = "plain" if display in ("auto", "live") else display
-    trainers = [MemberTrainer(config, seed, run_dir, log, display) for seed, run_dir in zip(config.seeds, run_dirs)]
-    if trainers[0].reward_terms:
-        raise UsageError(f"--parallel: {config.env} reports reward terms per environment, which a population "
-                         "stepping every seed's rows as one batch does not keep apart; run the seeds without "
-                         "--parallel")
-    stepper = trainers[0].make_env(config.num_envs * k, 0)
-    spec = algorithm_spec(config.algo)
-    try:
-        population = spec.build_population([t.algo for t in trainers], stepper)
-    except ValueError as e:
-        raise UsageError(f"--parallel: {e}") from None
-    pbt = (spec.build_pbt(population, config.pbt_interval, derive_seed(config.seeds[0], "pbt")) if config.pbt
-           else None)
 
     def write_lineage(lineage: dict) -> None:
         atomic_write_json(config.output / PBT_FILE, {"seeds": list(config.seeds), **lineage})
 
-    coordinator = Coordinator(population, pbt, write_lineage)
+    results, trainers = train_members([config] * k, list(config.seeds), log, stop_after, display,
+                                      lineage=write_lineage if config.pbt else None)
+    done = [r for r in results if r is not None]
+    if len(done) == k and all(r.finished for r in done) and k > 1:
+        across = seed_summary([r.summary for r in done], trainers[0].goal.multi_player)
+        summary_path = config.output / "summary.json"
+        atomic_write_json(summary_path, {"env": config.env, "output": str(config.output), "parallel": True,
+                                         **({"pbt": str(config.output / PBT_FILE)} if config.pbt else {}),
+                                         **across})
+        log(describe_seeds(across) + f"\nsummary of all seeds: {summary_path}")
+    return done
+
+
+def train_members(configs: Sequence[TrainConfig], seeds: Sequence[int], log: Callable[[str], None] = print,
+                  stop_after: int | None = None, display: str = "auto",
+                  callbacks: Sequence[Iterable[CallbackLike]] | None = None,
+                  lineage: Callable[[dict], None] | None = None) -> tuple[list[RunResult | None], list[Trainer]]:
+    """Train K runs as one population: member k is ``configs[k]``'s seed ``seeds[k]``, in
+    ``configs[k].output / seed-N``, answering ``callbacks[k]``. The configurations may differ only in what the
+    algorithm's population lets members differ in (PPO's: learning rate, ``ent_coef``, ``clip_coef``). With
+    ``lineage``, population-based training runs over them (the first configuration's ``pbt_interval``) and its
+    lineage is handed to ``lineage`` as it grows. Returns each member's result (None for one that raised before
+    it had one) and the trainers."""
+    first = configs[0]
+    for c in configs:
+        check_population(c)
+    callbacks = [check_callbacks(c) for c in callbacks] if callbacks is not None else [()] * len(configs)
+    device = prepare(first)
+    if first.compile not in ("auto", "off"):
+        raise UsageError(f"--parallel runs eagerly: --compile {first.compile} is not supported with it "
+                         "(use --compile off or auto)")
+    configs = [dataclasses.replace(c, compile="off") for c in configs]
+    run_dirs = [c.output / f"seed-{seed}" for c, seed in zip(configs, seeds)]
+    if len(set(run_dirs)) < len(run_dirs):
+        raise UsageError("a population's members need run folders of their own")
+    for c, run_dir in zip(configs, run_dirs):
+        check_run_dirs([run_dir], c.overwrite)
+    k = len(configs)
+    check_env_and_memory(dataclasses.replace(first, num_envs=first.num_envs * k), device)
+    display = "plain" if display in ("auto", "live") else display
+    trainers = [MemberTrainer(c, seed, run_dir, log, display, callbacks=cb)
+                for c, seed, run_dir, cb in zip(configs, seeds, run_dirs, callbacks)]
+    if trainers[0].reward_terms:
+        raise UsageError(f"--parallel: {first.env} reports reward terms per environment, which a population "
+                         "stepping every seed's rows as one batch does not keep apart; run the seeds without "
+                         "--parallel")
+    stepper = trainers[0].make_env(first.num_envs * k, 0)
+    spec = algorithm_spec(first.algo)
+    try:
+        population = spec.build_population([t.algo for t in trainers], stepper)
+    except ValueError as e:
+        raise UsageError(f"--parallel: {e}") from None
+    pbt = (spec.build_pbt(population, first.pbt_interval, derive_seed(seeds[0], "pbt")) if lineage else None)
+    coordinator = Coordinator(population, pbt, lineage or (lambda _: None))
     with RunLocks(run_dirs, log):  # one process per run folder, for the whole run
-        for i, trainer in enumerate(trainers):
-            trainer.pbt = config.pbt
+        for i, (c, trainer) in enumerate(zip(configs, trainers)):
+            trainer.pbt = pbt is not None
             trainer.algo = MemberPPO(trainer.algo, coordinator, i)
-            prepare_run_dir(trainer.run_dir, config.overwrite)
-        log(f"population of {k} seeds ({', '.join(map(str, config.seeds))}) on {device}: N={config.num_envs} rows "
-            f"each, {k * config.num_envs} stepped together" + (f"; PBT every {config.pbt_interval} iterations"
-                                                                 if pbt else ""))
+            prepare_run_dir(trainer.run_dir, c.overwrite)
+        log(f"population of {k} members (seeds {', '.join(map(str, seeds))}) on {device}: N={first.num_envs} rows "
+            f"each, {k * first.num_envs} stepped together" + (f"; PBT every {first.pbt_interval} iterations"
+                                                                if pbt else ""))
         results: list[RunResult | None] = [None] * k
         errors: list[BaseException] = []
 
@@ -242,23 +273,15 @@ def train_population(config: TrainConfig, log: Callable[[str], None] = print, st
                 coordinator.leave(i)
 
         with PopulationStop() as stop:
-            threads = [threading.Thread(target=run, args=(i, stop), name=f"seed-{s}", daemon=True)
-                       for i, s in enumerate(config.seeds)]
+            threads = [threading.Thread(target=run, args=(i, stop), name=f"member-{i}", daemon=True)
+                       for i in range(k)]
             for t in threads:
                 t.start()
             for t in threads:
                 while t.is_alive():
                     t.join(0.2)
     if pbt is not None:
-        write_lineage(pbt.lineage)
+        lineage(pbt.lineage)
     if errors:
         raise errors[0]
-    done = [r for r in results if r is not None]
-    if len(done) == k and all(r.finished for r in done) and k > 1:
-        across = seed_summary([r.summary for r in done], trainers[0].goal.multi_player)
-        summary_path = config.output / "summary.json"
-        atomic_write_json(summary_path, {"env": config.env, "output": str(config.output), "parallel": True,
-                                         **({"pbt": str(config.output / PBT_FILE)} if pbt else {}), **across})
-        log(describe_seeds(across) + f"\nsummary of all seeds: {summary_path}")
-    return done
-
+    return results, trainers

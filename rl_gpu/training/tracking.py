@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rl_gpu.core.errors import UsageError
-from rl_gpu.runtime.files import JsonReadError, atomic_write_json, read_json
+from rl_gpu.runtime.files import JsonReadError, atomic_write_json, check_database_file, read_json
 from rl_gpu.training.events import (
     Callback,
     CheckpointSaved,
@@ -197,11 +197,11 @@ class MlflowTracker(Tracker):
         if uri is None:
             return f"sqlite:///{out / 'mlflow.db'}", (out / "mlartifacts").as_uri()
         if "://" not in uri:
-            path = Path(uri).expanduser().resolve()
-            db = path if path.suffix == ".db" else path / "mlflow.db"
-            return f"sqlite:///{db}", (db.parent / "mlartifacts").as_uri()
+            path = Path(uri).expanduser()
+            db = check_database_file(path if path.suffix == ".db" else path / "mlflow.db", f"--mlflow-uri {uri}")
+            return f"sqlite:///{db.resolve()}", (db.resolve().parent / "mlartifacts").as_uri()
         if uri.startswith("sqlite:///"):
-            db = Path(uri.removeprefix("sqlite:///")).expanduser()
+            db = check_database_file(uri.removeprefix("sqlite:///"), f"--mlflow-uri {uri}")
             return uri, (db.resolve().parent / "mlartifacts").as_uri()
         if uri.split("://")[0] in ("http", "https", "databricks"):
             return uri, None

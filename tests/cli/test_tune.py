@@ -11,7 +11,7 @@ optuna = pytest.importorskip("optuna")
 
 from rl_gpu.cli import search_spaces  # noqa: E402
 from rl_gpu.cli.api import build_config  # noqa: E402
-from rl_gpu.cli.tune import _Pruning, main  # noqa: E402
+from rl_gpu.cli.tune import Pruning, main  # noqa: E402
 from rl_gpu.training.config import config_from_dict  # noqa: E402
 
 FIXED = ["--fixed", "num_envs=8", "num_steps=32", "eval_episodes=8", "final_eval_episodes=8"]
@@ -46,6 +46,30 @@ def test_a_sweep_is_stored_continued_and_leaves_its_best_settings(call_main, tmp
     assert len(study.trials) == 2
 
 
+def test_trials_run_as_one_population_each_as_its_lone_run(call_main, tmp_path):
+    from rl_gpu.training.runner import train
+
+    out = tmp_path / "pop"
+    code, text, err = call_main(main, "--env", "CartPole-v1", "--algo", "ppo", "--budget", "512", "--evals", "2",
+                                "--trials", "2", "--population", "2", "--output", out, "--device", "cpu", *FIXED)
+    assert code == 0, err
+    assert "batch of trials 0..1" in text and "trial 0: budget_spent" in text and "trial 1: budget_spent" in text
+    with open(out / "trials.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["state"] for r in rows] == ["complete"] * 2
+    configs = [json.loads((out / f"trial-{n}" / "seed-0" / "config.json").read_text()) for n in (0, 1)]
+    drawn = [(c["learning_rate"], c["ppo"]["clip_coef"], c["ppo"]["ent_coef"]) for c in configs]
+    assert drawn[0] != drawn[1] and configs[0]["num_envs"] == 8
+    # Trial 1 trained alone with its own settings: the same losses (a batched update rounds differently only).
+    lone = config_from_dict({**configs[1], "output": str(tmp_path / "lone"), "overwrite": False})
+    (result,) = train(lone, log=lambda line: None, display="off")
+    lines = [(out / "trial-1" / "seed-0" / "metrics.jsonl"), result.run_dir / "metrics.jsonl"]
+    member, alone = ([m for m in map(json.loads, f.read_text().splitlines()) if "loss" in m] for f in lines)
+    assert [m["global_step"] for m in member] == [m["global_step"] for m in alone] == [256, 512]
+    for a, b in zip(member, alone):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4, abs=1e-6)
+
+
 class _Trial:
     def __init__(self, prune_after: int) -> None:
         self.reports, self.prune_after = [], prune_after
@@ -61,7 +85,7 @@ def test_pruning_reports_each_validation_and_pauses_the_run(tmp_path):
     from rl_gpu.training.runner import train
 
     trial = _Trial(prune_after=2)
-    pruning = _Pruning(trial)
+    pruning = Pruning(trial)
     config = build_config("CartPole-v1", "ppo", output=tmp_path / "r", seed=1, max_updates=6, eval_every=1,
                           num_envs=8, num_steps=32, eval_episodes=8, final_eval_episodes=8, min_updates=1)
     (result,) = train(config, log=lambda line: None, display="off", callbacks=[pruning])
@@ -86,6 +110,9 @@ def test_every_draw_of_a_search_space_is_a_valid_run(tmp_path, algo, env):
     (["--env", "CartPole-v1", "--fixed", "num_envs"], "give NAME=VALUE"),
     (["--env", "CartPole-v1", "--budget", "0"], "--budget"),
     (["--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
+    (["--algo", "sac", "--env", "Pendulum-v1", "--population", "2"], "--population: --algo sac trains no popul"),
+    (["--env", "HalfCheetah-v5", "--population", "2"], "stepped on the host"),
+    (["--env", "CartPole-v1", "--population", "2", "--fixed", "clip_coef=0.3"], "--fixed clip_coef: the search dr"),
 ])
 def test_bad_sweeps_are_refused_in_one_line(call_main, tmp_path, args, needle):
     code, _, err = call_main(main, *args, "--output", tmp_path / "s")

@@ -52,7 +52,7 @@ def test_seeds_in_parallel_each_keep_a_lone_runs_files_and_resume_alone(tmp_path
     args = [a if a != "3" else "4" for a in TINY]  # --seeds 4 5
     code, text, err = call_main(main, "--algo", "mappo", *args, "5", "--parallel", "--output", out)
     assert code == 0, err
-    assert "population of 2 seeds" in text
+    assert "population of 2 members (seeds " in text
     summary = json.loads((out / "summary.json").read_text())
     assert summary["parallel"] is True
     for seed in (4, 5):

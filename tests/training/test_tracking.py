@@ -159,3 +159,14 @@ def test_bad_tracking_and_video_settings_are_refused_in_one_line(call_main, tmp_
     code, _, err = call_main(train_main, *args, "--output", tmp_path / "run")
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_database_through_a_symbolic_link_is_refused_and_left_alone(call_main, tmp_path):
+    kept = tmp_path / "kept.db"
+    kept.write_bytes(b"not ours")
+    (tmp_path / "x.db").symlink_to(kept)
+    code, _, err = call_main(train_main, "--env", "CartPole-v1", "--output", tmp_path / "run", "--track", "mlflow",
+                             "--mlflow-uri", tmp_path / "x.db", "--max-updates", "1")
+    assert code == 2 and "x.db is a symbolic link; give a regular file" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+    assert kept.read_bytes() == b"not ours"
