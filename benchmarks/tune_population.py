@@ -22,11 +22,13 @@ import optuna
 import torch
 
 from rl_gpu.cli.search_spaces import ppo_member_space
-from rl_gpu.cli.tune import TuneConfig, run_sweep, trial_score
+from rl_gpu.cli.tune import TuneConfig, run_sweep
+from rl_gpu.cli.tune_trials import trial_score
 from rl_gpu.training.runner import train
 
 
 def population_side(cfg: TuneConfig, draws: list[dict]) -> tuple[float, list[float]]:
+    cfg.output.mkdir(parents=True)
     study = optuna.create_study(study_name=cfg.study, storage=cfg.storage_url, direction="maximize")
     for params in draws:
         study.enqueue_trial(params)

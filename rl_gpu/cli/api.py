@@ -26,7 +26,13 @@ from rl_gpu.cli.outputs import output_callbacks
 from rl_gpu.cli.presets import preset_config
 from rl_gpu.core.errors import UsageError
 from rl_gpu.runtime.files import read_json
-from rl_gpu.training.config import DEFAULT_ENV, RESUMABLE_CHANGES, TrainConfig, config_from_dict
+from rl_gpu.training.config import (
+    DEFAULT_ENV,
+    RESUMABLE_CHANGES,
+    TrainConfig,
+    config_from_dict,
+    lowered_min_updates,
+)
 from rl_gpu.training.events import CallbackLike
 from rl_gpu.training.outcome import RunResult
 
@@ -85,7 +91,8 @@ class Run:
         return self._policies[index]
 
     def __repr__(self) -> str:
-        return f"Run(env={self.config.env!r}, algo={self.config.algo!r}, status={self.status!r}, run_dir={str(self.run_dir)!r})"
+        return (f"Run(env={self.config.env!r}, algo={self.config.algo!r}, status={self.status!r}, "
+                f"run_dir={str(self.run_dir)!r})")
 
 
 def _names() -> tuple[set[str], Callable[[str], set[str]]]:
@@ -150,9 +157,9 @@ def build_config(env: str = DEFAULT_ENV, algo: str = "ppo", total_timesteps: int
             raise UsageError("train() takes seed or seeds, not both")
         given["seeds"] = (seed,)
     outer, inner = _split(given, algo)
-    if "max_updates" in outer and "min_updates" not in outer and isinstance(outer["max_updates"], int) \
-            and 0 < outer["max_updates"] < base.min_updates:
-        outer["min_updates"] = outer["max_updates"]  # as the CLI does: a preset's minimum follows a smaller limit
+    lowered = lowered_min_updates(base, outer.get("max_updates"))
+    if lowered is not None and "min_updates" not in outer:
+        outer["min_updates"] = lowered  # as the CLI does
     try:
         params = dataclasses.replace(base.algo_params, **inner) if inner else base.algo_params
     except (TypeError, ValueError) as e:  # the algorithm's own checks of its hyper-parameters

@@ -26,6 +26,7 @@ from typing import Annotated, Literal
 
 import tyro
 
+from rl_gpu.algos.registry import algorithm_names, algorithm_spec
 from rl_gpu.cli.flag_modes import check_flags_apply, with_lr_flags
 from rl_gpu.cli.outputs import output_callbacks
 from rl_gpu.cli.parsing import fail, other_rank, parse, quiet_broken_pipe, version_text
@@ -33,12 +34,12 @@ from rl_gpu.cli.presets import describe_custom_defaults, has_preset, preset_conf
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.registry import check_may_import, named_ids_only
 from rl_gpu.runtime.files import JsonReadError, read_json
-from rl_gpu.algos.registry import algorithm_names, algorithm_spec
 from rl_gpu.training.config import (
     DEFAULT_ENV,
     RESUMABLE_CHANGES,
     TrainConfig,
     config_from_dict,
+    lowered_min_updates,
 )
 
 PROG = "rl-gpu train"
@@ -217,7 +218,7 @@ def _clip_min_updates(args: list[str], default: TrainConfig) -> TrainConfig:
         max_updates = int(_flag_value(args, "--max-updates") or "")
     except ValueError:
         return default  # the parser reports it
-    if 0 < max_updates < default.min_updates:
+    if lowered_min_updates(default, max_updates) is not None:
         print(f"{PROG}: note: --min-updates lowered from {default.min_updates} to {max_updates} "
               f"(--max-updates {max_updates} is below it)", file=sys.stderr)
         return dataclasses.replace(default, min_updates=max_updates)

@@ -14,9 +14,9 @@ trial is left to run, the best trial's settings are written as ``OUTPUT/best.jso
 OUTPUT/best.json`` trains them) and a table of every trial (number, state, score, pruned at, seconds, settings) is
 printed and saved as ``OUTPUT/trials.csv``.
 
-With ``--population K`` (PPO, MAPPO, IPPO on tensor environments) K trials at a time train together as one
-population in this process (:func:`rl_gpu.training.population.train_members`: one rollout of every trial's rows,
-one batched update); they draw only what a population's members may differ in (learning rate, ``clip_coef``,
+With ``--population K`` (PPO on tensor environments; MAPPO and IPPO, VMAS included) K trials at a time train
+together as one population in this process (:func:`rl_gpu.training.population.train_members`: one rollout of
+every trial's rows, one batched update); they draw only what a population's members may differ in (learning rate, ``clip_coef``,
 ``ent_coef``) over the preset, and a pruned trial's rows are frozen while the others go on.
 """
 
@@ -35,15 +35,12 @@ from pathlib import Path
 from typing import Literal
 
 from rl_gpu.cli.parsing import fail, parse, quiet_broken_pipe
+from rl_gpu.cli.tune_trials import GRACE_SECONDS, HEARTBEAT_SECONDS, Pruning, SweepInterrupted, trial_score
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name
 from rl_gpu.training.config import DEFAULT_ENV, MAX_TIMESTEPS
-from rl_gpu.training.events import Callback, ValidationDone
 
 PROG = "rl-gpu tune"
-HEARTBEAT_SECONDS, GRACE_SECONDS = 20, 60
-
-
 @dataclasses.dataclass(frozen=True)
 class TuneConfig:
     """Search an algorithm's hyper-parameters on an environment with Optuna: a study of trials, each a training run
@@ -73,8 +70,8 @@ class TuneConfig:
     """settings every trial shares, over the preset, as NAME=VALUE (rl-gpu train's flags with underscores; VALUE
     as JSON, else text), e.g. --fixed num_envs=64 eval_episodes=32; a drawn setting may not be fixed too"""
     population: int = 1
-    """trials trained at once as one population (PPO, MAPPO, IPPO on tensor environments); above 1 they draw
-    only the learning rate, clip_coef and ent_coef, the rest being the preset's"""
+    """trials trained at once as one population (PPO on tensor environments; MAPPO and IPPO, VMAS included); above 1
+    they draw only the learning rate, clip_coef and ent_coef, the rest being the preset's"""
     seed: int = 0
     """each trial's training seed (the same for all, so trials differ by their settings) and the sampler's"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -132,36 +129,6 @@ class TuneConfig:
     @property
     def storage_url(self) -> str:
         return self.storage or f"sqlite:///{self.output.resolve() / 'sweep.db'}"
-
-
-class Pruning(Callback):
-    """Reports each validation to the trial; asks the run to stop (pause) when the pruner says so."""
-
-    def __init__(self, trial) -> None:
-        self.trial = trial
-        self.last: tuple[float, int] | None = None
-        self.pruned_at: int | None = None
-
-    def on_validation(self, event: ValidationDone) -> bool | None:
-        self.last = (event.score, event.global_step)
-        self.trial.report(event.score, event.global_step)
-        if self.trial.should_prune():
-            self.pruned_at = event.global_step
-            return False
-        return None
-
-
-class SweepInterrupted(Exception):
-    """A stop signal ended a trial: the sweep stops too (the same command continues it)."""
-
-
-def trial_score(summary: dict) -> float:
-    """The final evaluation's headline of a finished trial's summary: best.pt's mean return (or win rate)."""
-    best = summary.get("final_evaluation", {}).get("best", {})
-    for key in ("mean_return", "win_rate"):
-        if isinstance(best.get(key), (int, float)):
-            return float(best[key])
-    return float("nan")
 
 
 def _objective(cfg: TuneConfig, study):

@@ -16,11 +16,11 @@ import threading
 import time
 import warnings
 
-from rl_gpu.cli.tune import GRACE_SECONDS, HEARTBEAT_SECONDS, Pruning, SweepInterrupted, TuneConfig, trial_score
+from rl_gpu.cli.tune_trials import GRACE_SECONDS, HEARTBEAT_SECONDS, Pruning, SweepInterrupted, trial_score
 from rl_gpu.core.errors import UsageError
 
 
-def check_can_batch(cfg: TuneConfig) -> None:
+def check_can_batch(cfg) -> None:
     """Refuse, before anything is written, an environment whose rows a population cannot step as one batch."""
     from rl_gpu.envs.registry import make
 
@@ -31,9 +31,12 @@ def check_can_batch(cfg: TuneConfig) -> None:
     spec = env.spec
     if getattr(env, "close", None):
         env.close()
-    if not spec.functional or spec.reward_terms:
+    # PPO's population steps one tensor environment of every trial's rows; MAPPO's and IPPO's step the worlds
+    # through the agent collector, host-stepped ones (VMAS) included. Reward terms are kept per environment.
+    if (cfg.algo == "ppo" and not spec.functional) or spec.reward_terms:
         raise UsageError(f"--population: {cfg.env} is stepped on the host (or reports reward terms per row), so "
-                         "its trials cannot be stepped as one batch; give --population 1 (trials one at a time)")
+                         f"--algo {cfg.algo}'s trials cannot be stepped as one batch; give --population 1 (trials one "
+                         "at a time)")
 
 
 class _Heartbeats:
@@ -60,10 +63,11 @@ class _Heartbeats:
         self.thread.join()
 
 
-def optimize_in_populations(cfg: TuneConfig, study) -> None:
-    """Run batches of ``cfg.population`` trials until the study holds ``cfg.trials`` finished or pruned ones
-    (the last batch is smaller when fewer are left). A stop signal raises :class:`SweepInterrupted` once every
-    trial of the batch has saved its checkpoint (those trials are marked failed)."""
+def optimize_in_populations(cfg, study) -> None:
+    """Run batches of ``cfg.population`` trials (``cfg``: the sweep's ``TuneConfig``) until the study holds
+    ``cfg.trials`` finished or pruned ones (the last batch is smaller when fewer are left). A stop signal raises
+    :class:`SweepInterrupted` once every trial of the batch has saved its checkpoint (those trials are marked
+    failed)."""
     import optuna
 
     from rl_gpu.training.population import train_members

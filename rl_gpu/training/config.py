@@ -387,3 +387,12 @@ def check_tracking(config: TrainConfig) -> None:
             or not 0 <= config.video_every <= MAX_UPDATES:
         raise UsageError(f"--video-every must be a whole number from 0 (never) to {MAX_UPDATES}, got "
                          f"{config.video_every!r}")
+
+
+def lowered_min_updates(base: TrainConfig, max_updates: object) -> int | None:
+    """The preset's (or file's) ``min_updates`` lowered to a smaller ``max_updates`` given without a
+    ``min_updates`` (a run may not be asked to stop before its minimum); None when it stands."""
+    if isinstance(max_updates, int) and 0 < max_updates < base.min_updates:
+        return max_updates
+    return None
+

@@ -70,7 +70,8 @@ class Coordinator:
         self.generation = 0
         self.result: Iteration | None = None
         self.error: BaseException | None = None
-        self.cond = threading.Condition()
+        self.cond = threading.Condition(threading.RLock())
+        """Held by the trainer that is running (re-entrant; released while a trainer waits in :meth:`iterate`)."""
 
     def _ready(self) -> bool:
         return any(self.active) and all(i in self.waiting for i, on in enumerate(self.active) if on)
@@ -265,12 +266,17 @@ def train_members(configs: Sequence[TrainConfig], seeds: Sequence[int], log: Cal
         errors: list[BaseException] = []
 
         def run(i: int, stop: StopRequest) -> None:
-            try:
-                results[i] = report_result(trainers[i].run(stop, stop_after), log)
-            except BaseException as e:  # noqa: BLE001 -- re-raised in the main thread once every trainer is done
-                errors.append(e)
-            finally:
-                coordinator.leave(i)
+            # One trainer runs at a time: each holds the coordinator's lock except while it waits for the next
+            # population iteration. Several threads interleaving small tensor operations (validations, final
+            # evaluations, checkpoints) hand the interpreter lock back and forth at every operation, which made
+            # them several times slower than the same work done one member after another.
+            with coordinator.cond:
+                try:
+                    results[i] = report_result(trainers[i].run(stop, stop_after), log)
+                except BaseException as e:  # noqa: BLE001 -- re-raised in the main thread once all are done
+                    errors.append(e)
+                finally:
+                    coordinator.leave(i)
 
         with PopulationStop() as stop:
             threads = [threading.Thread(target=run, args=(i, stop), name=f"member-{i}", daemon=True)

@@ -11,7 +11,8 @@ optuna = pytest.importorskip("optuna")
 
 from rl_gpu.cli import search_spaces  # noqa: E402
 from rl_gpu.cli.api import build_config  # noqa: E402
-from rl_gpu.cli.tune import Pruning, main  # noqa: E402
+from rl_gpu.cli.tune import main  # noqa: E402
+from rl_gpu.cli.tune_trials import Pruning  # noqa: E402
 from rl_gpu.training.config import config_from_dict  # noqa: E402
 
 FIXED = ["--fixed", "num_envs=8", "num_steps=32", "eval_episodes=8", "final_eval_episodes=8"]
@@ -50,7 +51,7 @@ def test_trials_run_as_one_population_each_as_its_lone_run(call_main, tmp_path):
     from rl_gpu.training.runner import train
 
     out = tmp_path / "pop"
-    code, text, err = call_main(main, "--env", "CartPole-v1", "--algo", "ppo", "--budget", "512", "--evals", "2",
+    code, text, err = call_main(main, "--env", "CartPole-v1", "--algo", "ppo", "--budget", "512", "--evals", "1",
                                 "--trials", "2", "--population", "2", "--output", out, "--device", "cpu", *FIXED)
     assert code == 0, err
     assert "batch of trials 0..1" in text and "trial 0: budget_spent" in text and "trial 1: budget_spent" in text

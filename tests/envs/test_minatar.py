@@ -23,7 +23,7 @@ GAMES = [BreakoutEnv, SpaceInvadersEnv, FreewayEnv, AsterixEnv]
 @pytest.mark.parametrize("cls, params", [(BreakoutEnv, {}), (SpaceInvadersEnv, {}), (FreewayEnv, {}), (AsterixEnv, {}),
                                          (SpaceInvadersEnv, {"sticky_action_prob": 0.5, "difficulty_ramping": False})])
 def test_every_transition_from_resets_equals_minatars(cls, params):
-    env = cls(32, seed=1, **params)
+    env = cls(16 if params else 32, seed=1, **params)  # the settings' variant: the same rules, fewer rows
     report = check_reference_parity(env, *reference_for(env), num_steps=160)
     assert report.episodes > 10 or cls is FreewayEnv  # a game of Freeway lasts 2,500 steps (injected below)
 
