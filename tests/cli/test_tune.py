@@ -47,13 +47,32 @@ def test_a_sweep_is_stored_continued_and_leaves_its_best_settings(call_main, tmp
     assert len(study.trials) == 2
 
 
-def test_trials_run_as_one_population_each_as_its_lone_run(call_main, tmp_path):
+def test_trials_run_as_one_population_each_as_its_lone_run(call_main, tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from rl_gpu.cli import tune_trials
     from rl_gpu.training.runner import train
 
+    # The members' own work (callbacks, validations, evaluations) runs one member at a time: a callback that yields
+    # the interpreter mid-call, right after the population iteration that wakes every member, is never entered by
+    # a second member meanwhile.
+    inside, most, lock = [0], [0], threading.Lock()
+
+    def on_iteration(self, event):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.05)
+        with lock:
+            inside[0] -= 1
+
+    monkeypatch.setattr(tune_trials.Pruning, "on_iteration", on_iteration, raising=False)
     out = tmp_path / "pop"
     code, text, err = call_main(main, "--env", "CartPole-v1", "--algo", "ppo", "--budget", "512", "--evals", "1",
                                 "--trials", "2", "--population", "2", "--output", out, "--device", "cpu", *FIXED)
     assert code == 0, err
+    assert most == [1]
     assert "batch of trials 0..1" in text and "trial 0: budget_spent" in text and "trial 1: budget_spent" in text
     with open(out / "trials.csv") as f:
         rows = list(csv.DictReader(f))
