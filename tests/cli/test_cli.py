@@ -60,10 +60,12 @@ def test_train_refuses_existing_run_dir_and_keeps_files(trained):
     assert snapshot() == before
 
 
-def test_train_fails_with_exit_1_when_goal_not_met(tmp_path):
-    proc = run("-m", "rl_gpu", "train", "--output", str(tmp_path / "r"), *TINY, "--success-z", "1000")
-    assert proc.returncode == 1
-    assert "did not reach its goal" in proc.stderr and "goal not met" in proc.stderr
+def test_train_fails_with_exit_1_when_goal_not_met(tmp_path, call_main):
+    from rl_gpu.cli.train import main as train_main
+
+    code, _, err = call_main(train_main, "--output", tmp_path / "r", *TINY, "--success-z", "1000")
+    assert code == 1
+    assert "did not reach its goal" in err and "goal not met" in err
     assert (tmp_path / "r" / "seed-11" / "summary.json").is_file()
 
 
@@ -79,14 +81,15 @@ def test_evaluate_reports_per_seat_and_interval(trained):
     assert sum(s["games"] for s in data["policy"]["seats"]) == 1000
 
 
-def test_evaluate_seeds_are_disjoint_from_training_and_repeatable(trained):
+def test_evaluate_seeds_are_disjoint_from_training_and_repeatable(trained, call_main):
+    from rl_gpu.cli.evaluate import main as evaluate
+
     out, _ = trained
-    args = ("-m", "rl_gpu", "evaluate", "--checkpoint", str(out / "seed-3" / "best.pt"), "--device", "cpu",
-            "--episodes", "300")
-    a, b, c = run(*args), run(*args), run(*args, "--seed", "1")
-    assert a.returncode == b.returncode == c.returncode == 0
-    assert a.stdout == b.stdout
-    assert a.stdout != c.stdout
+    args = ("--checkpoint", out / "seed-3" / "best.pt", "--device", "cpu", "--episodes", "300")
+    a, b, c = call_main(evaluate, *args), call_main(evaluate, *args), call_main(evaluate, *args, "--seed", "1")
+    assert a[0] == b[0] == c[0] == 0, (a[2], c[2])
+    assert a[1] == b[1]
+    assert a[1] != c[1]
 
 
 def test_quickstart_runs_unchanged():
