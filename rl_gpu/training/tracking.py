@@ -105,6 +105,8 @@ class Tracker(Callback):
         saved = self._ids(event.run_dir).get(self.kind) if event.resumed else None
         try:
             run_id = self.open(event.seed, event.run_dir, saved if isinstance(saved, str) else None)
+        except UsageError:
+            raise  # our own check of the settings (a refused database path) already says what is wrong
         except Exception as e:  # the tracker's own errors (a store that cannot be opened, a refused login) vary
             raise UsageError(f"--track {self.kind}: could not start its run: {type(e).__name__}: "
                              f"{' '.join(str(e).split())[:300]}") from None
