@@ -16,8 +16,8 @@ printed and saved as ``OUTPUT/trials.csv``.
 
 With ``--population K`` (PPO on tensor environments; MAPPO and IPPO, VMAS included) K trials at a time train
 together as one population in this process (:func:`rl_gpu.training.population.train_members`: one rollout of
-every trial's rows, one batched update); they draw only what a population's members may differ in (learning rate, ``clip_coef``,
-``ent_coef``) over the preset, and a pruned trial's rows are frozen while the others go on.
+every trial's rows, one batched update); they draw only what a population's members may differ in (learning
+rate, ``clip_coef``, ``ent_coef``) over the preset, and a pruned trial's rows are frozen while the others go on.
 """
 
 from __future__ import annotations
