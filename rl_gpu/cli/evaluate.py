@@ -207,13 +207,13 @@ def _evaluate(config: EvaluateConfig) -> int:
             video_env, renderer = video_setup(probe, env_id, lambda: make_env(1, derive_seed(seed, "video")))
     except (UsageError, CheckpointError) as e:
         fail(PROG, str(e))
-    multi = spec.num_players > 1
     update, steps = payload.get("update"), payload.get("global_step")
     print(f"{env_id}: checkpoint {config.checkpoint} (update {update if update is not None else '?'}, "
           f"{f'{steps:,}' if steps is not None else 'unknown'} training steps) on {device}")
     print(f"protocol: {protocol.describe()}")
     result = evaluate_policy(policy, make_env, protocol.episodes, seed, num_envs=protocol.num_envs,
                              deterministic=protocol.deterministic)
+    multi = result.num_players > 1  # a game's seats as agents too: the learner played one seat per game
     print("policy:  " + result.describe(multi).replace("\n", "\n         "))
     report = {"checkpoint": str(config.checkpoint), "env": env_id, "policy": result.to_dict(),
               "protocol": {"episodes": protocol.episodes, "num_envs": protocol.num_envs,

@@ -173,12 +173,33 @@ _VMAS = {
     "deterministic_eval": True,
     "ppo": {"gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 8, "num_minibatches": 8, "ent_coef": 0.0},
 }
+_SEATS = {
+    # A game's seats as agents (RussianRoulette-v0?seats_as_agents=1): self-play, the learner playing both seats;
+    # continuing rollouts of 32 steps (several games per row), no discount (games are short and end by
+    # themselves), a step budget, validations scored by exact exploitability of the sampled policy.
+    "num_envs": 1024,
+    "num_steps": 32,
+    "learning_rate": 1e-3,
+    "anneal_lr": True,
+    "min_updates": 1,
+    "max_updates": 100_000,
+    "total_timesteps": 3_000_000,
+    "eval_every": 10,
+    "eval_episodes": 4096,
+    "final_eval_episodes": 16384,
+    "deterministic_eval": False,
+    "ppo": {"gamma": 1.0, "gae_lambda": 0.95, "update_epochs": 4, "num_minibatches": 4, "ent_coef": 0.01},
+}
 MULTI_AGENT_PRESETS: dict[str, dict] = {
     # Keyed by scenario: the parameters in an id (vmas:navigation?n_agents=3) keep the scenario's preset.
     "vmas:navigation": _VMAS,
     "vmas:sampling": _VMAS,
     "vmas:balance": _VMAS,
     "vmas:transport": _VMAS,
+    "RussianRoulette-v0": _SEATS,
+    # Leduc's as its --self-play preset: a smaller step and ten times the entropy bonus.
+    "LeducHoldem-v0": {**_SEATS, "learning_rate": 3e-4, "total_timesteps": 2_500_000, "eval_every": 20,
+                       "eval_episodes": 2048, "final_eval_episodes": 8192, "ppo": {**_SEATS["ppo"], "ent_coef": 0.1}},
 }
 """Defaults of ``--algo mappo`` and ``--algo ippo`` per multi-agent task; another multi-agent id takes
 :data:`CUSTOM_DEFAULTS`."""

@@ -57,6 +57,7 @@ def collect_agents(
     opponent: Actor | None = None,
     opponent_rng: torch.Generator | None = None,
     deterministic: bool = False,
+    learner_seat: Tensor | None = None,
 ) -> Rollout:
     """Run ``num_steps`` steps of ``env`` (M > 1 agents per world) and return the ``[T, N, M]`` rollout.
 
@@ -70,8 +71,14 @@ def collect_agents(
         opponent: plays the other agents (default: uniform random over legal actions).
         opponent_rng: the opponent's generator.
         deterministic: the learner takes its most probable action.
+        learner_seat: ``[N]`` int64, instead of ``controlled``: the learner plays this one agent of each world (a
+            turn-based game's seat, :mod:`rl_gpu.envs.seat_agents`), recorded as the rollout's ``learner_seat``.
     """
     n, m, device = env.num_envs, env.spec.num_agents, env.device
+    if learner_seat is not None:
+        if controlled is not None:
+            raise ValueError("give controlled or learner_seat, not both")
+        controlled = torch.nn.functional.one_hot(learner_seat.to(device), m).bool()
     # The learner plays every agent unless told otherwise: no opponent then acts (a continuous-action world
     # has no uniform random opponent by default).
     everyone = controlled is None
@@ -127,6 +134,5 @@ def collect_agents(
         bootstrap = torch.zeros(n, m, device=device)
     else:
         bootstrap = policy.value(_rows(step.obs), **_critic(step.critic_obs, m)).view(n, m)
-    return Rollout(**stacked, bootstrap_value=bootstrap, learner_seat=torch.zeros(n, dtype=torch.long,
-                                                                                   device=device),
-                   controlled=controlled)
+    seat = learner_seat.to(device) if learner_seat is not None else torch.zeros(n, dtype=torch.long, device=device)
+    return Rollout(**stacked, bootstrap_value=bootstrap, learner_seat=seat, controlled=controlled)

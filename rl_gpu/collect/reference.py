@@ -66,7 +66,8 @@ def collect(
         episodic: reset every row first and treat steps after a row's episode end as padding.
         opponent: plays the other seats of a multi-player game (default: uniform random legal actions).
         opponent_rng: generator for the opponent's sampling and the seat draw.
-        learner_seat: ``[N]`` seats for the learner; default: uniform at random per row (seat 0 if P = 1).
+        learner_seat: ``[N]`` seats for the learner; default: uniform at random per row (seat 0 if P = 1). With
+            M > 1 agents: the one agent per world the learner plays (a game's seats as agents), else unused.
         deterministic: the learner takes its most probable action instead of sampling.
         policy_state: a recurrent learner's state at the first step (continuing mode: the previous rollout's
             ``policy_state``); None, and always in episodic mode: its ``initial_state``.
@@ -82,7 +83,8 @@ def collect(
         if is_recurrent(policy):
             raise ValueError("a recurrent policy over several agents acting at once is not collected yet")
         rollout = collect_agents(policy, env, num_steps, policy_rng, episodic=episodic, controlled=controlled,
-                                 opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic)
+                                 opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic,
+                                 learner_seat=learner_seat)
         return rollout if record == "rollout" else tally_rollout(rollout)
     if controlled is not None:
         raise ValueError(f"controlled applies to environments of several agents; {type(env).__name__} has one")

@@ -166,7 +166,12 @@ class LeducHoldem(TensorEnv[LeducState]):
         return next_state, reward.float(), terminated
 
     def _observe(self, s: LeducState) -> Tensor:
-        me = s.current_player
+        return self._observe_seat(s, s.current_player)
+
+    def _observe_seat(self, s: LeducState, seat: Tensor) -> Tensor:
+        """``[N, 30]``: the information state tensor of ``seat`` (``[N]``), whether or not it is to act (the
+        seat one-hot at [0:2] is then that seat's, not the one to act)."""
+        me = seat
         private = s.cards.gather(1, me[:, None])[:, 0]
         public = torch.nn.functional.one_hot(s.cards[:, 2], NUM_CARDS) * (s.round == 1).long()[:, None]
         bits = torch.stack((s.betting == CALL + 1, s.betting == RAISE + 1), dim=-1).flatten(1)  # [N, 16]

@@ -301,6 +301,10 @@ def env_class(env_id: str) -> type:
             cls = env_class(base)
         if params:
             cls = with_params(cls, env_id, params)
+        if wrapping is not None and wrapping.seats_as_agents:
+            from rl_gpu.envs.seat_agents import seat_agents_class
+
+            return seat_agents_class(cls, env_id)
         return cls if wrapping is None else wrapped_class(cls, env_id, wrapping)
     if isinstance(env_id, str) and env_id not in _registry:
         if is_entry_point(env_id):

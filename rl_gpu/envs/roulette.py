@@ -100,7 +100,11 @@ class RussianRouletteVectorized(TensorEnv[RouletteState]):
         return next_state, reward, fire_live
 
     def _observe(self, s: RouletteState) -> Tensor:
-        me = s.current_player.unsqueeze(1)
+        return self._observe_seat(s, s.current_player)
+
+    def _observe_seat(self, s: RouletteState, seat: Tensor) -> Tensor:
+        """``[N, 6]``: the observation of ``seat`` (``[N]``), whether or not it is to act."""
+        me = seat.unsqueeze(1)
         other = 1 - me
         own_peek = s.peek_available.gather(1, me).squeeze(1)
         own_skip = s.skip_available.gather(1, me).squeeze(1)

@@ -29,7 +29,7 @@ from torch import Tensor
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.params import split_id_parameters
 
-WRAPPER_PARAMETERS = ("obs_mask", "frame_stack")
+WRAPPER_PARAMETERS = ("obs_mask", "frame_stack", "seats_as_agents")
 """What the query of a registered (or ``package.module:Class``) id may set."""
 
 MAX_FRAME_STACK = 64
@@ -41,6 +41,8 @@ class Wrapping(NamedTuple):
 
     obs_mask: tuple[int, ...] | None
     frame_stack: int
+    seats_as_agents: bool = False
+    """A turn-based game's seats as agents of one world (:mod:`rl_gpu.envs.seat_agents`)."""
 
 
 def split_wrappers(env_id: str) -> tuple[str, Wrapping | None, dict[str, Any]]:
@@ -70,7 +72,14 @@ def split_wrappers(env_id: str) -> tuple[str, Wrapping | None, dict[str, Any]]:
     if isinstance(stack, bool) or not isinstance(stack, int) or not 1 <= stack <= MAX_FRAME_STACK:
         raise UsageError(f"{env_id!r}: frame_stack is the number of observations joined, an integer from 1 to "
                          f"{MAX_FRAME_STACK}, got {stack!r}")
-    return base, Wrapping(mask, stack), own
+    seats = params.get("seats_as_agents", 0)
+    if seats not in (0, 1) or isinstance(seats, float):
+        raise UsageError(f"{env_id!r}: seats_as_agents is 1 (a turn-based game's seats as agents of one world) or 0, "
+                         f"got {seats!r}")
+    if seats and (mask is not None or stack > 1):
+        raise UsageError(f"{env_id!r}: seats_as_agents takes neither obs_mask nor frame_stack (each seat's "
+                         "observation is the game's own)")
+    return base, Wrapping(mask, stack, bool(seats)), own
 
 
 _with_params: dict[tuple, type] = {}

@@ -12,6 +12,7 @@ from torch import Tensor
 from rl_gpu.collect.reference import collect, episode_horizon
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import Actor, VecEnv
+from rl_gpu.envs.seat_agents import seat_game
 
 
 def wilson_interval(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
@@ -139,8 +140,14 @@ def evaluate_policy(
         device, players = env.device, env.spec.num_players
         policy_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, f"policy-{round_index}"))
         opponent_rng = torch.Generator(device=device).manual_seed(derive_seed(seed, f"opponent-{round_index}"))
+        learner_seat = None
+        if seat_game(env) is not None:
+            # A game's seats as agents: the learner plays one seat per game against the opponent, as in the
+            # turn-based view (a world's mean over both seats of a zero-sum game would always be 0).
+            players = env.spec.num_agents
+            learner_seat = torch.randint(0, players, (n,), generator=opponent_rng, device=device)
         tally = collect(
-            policy, env, episode_horizon(env), policy_rng, episodic=True,
+            policy, env, episode_horizon(env), policy_rng, episodic=True, learner_seat=learner_seat,
             opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic, record="episodes",
         )
         # Rows whose episode never ended count as draws (return 0).

@@ -108,13 +108,17 @@ class SelfPlayLeague(WinRateVsBaseline):
 
 
 def goal_for(spec: EnvSpec, env_id: str, solve_threshold: float | None, success_z: float,
-             budget: bool = False, self_play_by: str | None = None) -> Goal:
+             budget: bool = False, self_play_by: str | None = None, seat_world: bool = False) -> Goal:
     """The goal of a task: a win rate against the baseline for several players, else a return threshold.
 
     A single-player task needs ``solve_threshold`` unless the run has a step budget (``budget``): then success
     is optional and, without a threshold, only the budget ends the run. ``self_play_by``, the setting that makes
     the run self-play (two-player games only, else a :class:`UsageError` naming it): :class:`SelfPlayLeague`.
+    ``seat_world``: a game's seats as agents (:mod:`rl_gpu.envs.seat_agents`), whose learner plays every seat: self-play
+    too, with the episodes' mean length as the training headline (each game's returns over its seats sum to 0).
     """
+    if seat_world:
+        return SelfPlayLeague(success_z, headline="episode_length", source="episode_length")
     if self_play_by is not None:
         if spec.num_players != 2:
             raise UsageError(f"{self_play_by} needs a two-player game; {env_id} has {spec.num_players} "

@@ -32,6 +32,7 @@ from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import VecEnv
 from rl_gpu.envs.registry import make
+from rl_gpu.envs.seat_agents import seat_game
 from rl_gpu.runtime.checkpoint import CheckpointError, atomic_write_json, load_checkpoint
 from rl_gpu.runtime.compile import resolve_compile
 from rl_gpu.runtime.distributed import all_agree, is_main_process, rank, world_size
@@ -98,7 +99,8 @@ class Trainer(CheckpointMixin):
         self.env: VecEnv = self.make_env(config.num_envs, derive_seed(seed, "train-env", rank()))
         check_agents(self.env, config)
         self.goal = goal_for(self.env.spec, config.env, config.solve_threshold, config.success_z,
-                             budget=config.total_timesteps is not None, self_play_by=config.self_play_flag)
+                             budget=config.total_timesteps is not None, self_play_by=config.self_play_flag,
+                             seat_world=seat_game(self.env) is not None)
         try:
             setup = Setup(
                 env=self.env, make_env=self.make_env, seed=ranks.algorithm_seed(seed),

@@ -58,7 +58,7 @@ def _check_hooks(env: TensorEnv, seed: int) -> None:
     _expect(env, "_transition's reward", reward, env.reward_shape, (torch.float32,))
     _expect(env, "_transition's terminated", terminated, (n,), (torch.bool,))
     if env.critic_obs_shape is not None:
-        _expect(env, "_observe_critic(state)", env._observe_critic(inner), (n, *agents, *env.critic_obs_shape),
+        _expect(env, "_observe_critic(state)", env._observe_critic(inner), (n, *env.critic_obs_shape),
                 (torch.float32,))
 
 
