@@ -69,11 +69,24 @@ class EvalResult:
     deterministic: bool
     num_players: int = 2
     """Players of the game (1: a single-agent task, whose record leaves the win counts out)."""
+    successes: int | None = None
+    """Episodes that ended in the task's own success (a ``success`` reward term, as ``PandaPickCube-v0`` logs), when
+    the task has one; None otherwise."""
 
     def to_dict(self) -> dict:
         data = asdict(self)
         players = data.pop("num_players")
+        if self.successes is None:
+            data.pop("successes")
         return {k: v for k, v in data.items() if players > 1 or k not in WIN_FIELDS}
+
+    def success_line(self) -> str:
+        """``"success rate p [lo, hi] (95% Wilson CI), k/n episodes"``, or "" for a task without a success."""
+        if self.successes is None:
+            return ""
+        lo, hi = wilson_interval(self.successes, self.episodes)
+        return (f"success rate {self.successes / self.episodes:.4f} [{lo:.4f}, {hi:.4f}] (95% Wilson CI), "
+                f"{self.successes}/{self.episodes} episodes")
 
     @classmethod
     def from_dict(cls, data: dict) -> EvalResult:
@@ -89,7 +102,8 @@ class EvalResult:
         if not multi_player:
             return (
                 f"mean return {self.mean_return:.2f} ± {self.return_ci:.2f} (95% CI) over {self.episodes} episodes, "
-                f"mean length {self.mean_length:.1f}"
+                f"mean length {self.mean_length:.1f}" + (f"; {self.success_line()}" if self.successes is not None
+                                                         else "")
             )
         # The game's own units first (chips for poker): a win rate alone hides how much each game wins or loses.
         lines = [
@@ -115,7 +129,7 @@ def evaluate_policy(
     num_envs: int = 4096,
     opponent: Actor | None = None,
     deterministic: bool = False,
-    gather: Callable[[Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]] | None = None,
+    gather: Callable[..., tuple[Tensor, ...]] | None = None,
 ) -> EvalResult:
     """Play ``episodes`` complete episodes of fresh environments and summarise the learner's results.
 
@@ -127,13 +141,15 @@ def evaluate_policy(
         num_envs: the largest batch to use at once.
         opponent: the other seat's player in multi-player games (default uniform random).
         deterministic: the learner plays its most probable action.
-        gather: ``gather(returns, lengths, seats)`` (``[E]`` each) -> the episodes to summarise: under torchrun
-            every process's episodes together, so the result is that of all of them.
+        gather: ``gather(returns, lengths, seats, success)`` (``[E]`` each; ``success`` 1 for an episode that ended
+            in the task's success) -> the episodes to summarise: under torchrun every process's episodes together,
+            so the result is that of all of them.
     """
     if episodes <= 0:
         raise ValueError(f"episodes must be positive, got {episodes}")
     remaining, round_index = episodes, 0
     returns, lengths, seats = [], [], []
+    success_counts: list[Tensor] = []
     while remaining > 0:
         n = min(num_envs, remaining)
         env = make_env(n, derive_seed(seed, f"env-{round_index}"))
@@ -150,6 +166,12 @@ def evaluate_policy(
             policy, env, episode_horizon(env), policy_rng, episodic=True, learner_seat=learner_seat,
             opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic, record="episodes",
         )
+        if "success" in getattr(env, "reward_terms", ()):
+            # Each row plays one episode within the horizon; a success is paid only at an episode's full length,
+            # so the successes counted here are those of the rows' episodes (as many first episodes as there are).
+            sums, _ = env.reward_term_totals()
+            count = int(round(float(sums["success"])))
+            success_counts.append((torch.arange(n) < count).double())
         # Rows whose episode never ended count as draws (return 0).
         returns.append(tally.episode_return)
         lengths.append(tally.episode_length)
@@ -159,8 +181,10 @@ def evaluate_policy(
     ret = torch.cat(returns).double().cpu()
     length = torch.cat(lengths).double().cpu()
     seat = torch.cat(seats).cpu()
+    # Only the total is read: a round's count, as that many ones among its episodes.
+    success = torch.cat(success_counts) if success_counts else torch.zeros(0, dtype=torch.float64)
     if gather is not None:
-        ret, length, seat = gather(ret, length, seat)
+        ret, length, seat, success = gather(ret, length, seat, success)
         episodes = ret.numel()
     wins = int((ret > 0).sum())
     lo, hi = wilson_interval(wins, episodes)
@@ -175,5 +199,5 @@ def evaluate_policy(
         episodes=episodes, wins=wins, win_rate=wins / episodes, ci_low=lo, ci_high=hi,
         mean_return=float(ret.mean()), return_ci=1.959964 * std / math.sqrt(episodes),
         mean_length=float(length.mean()), seats=seat_results, seed=seed, deterministic=deterministic,
-        num_players=players,
+        num_players=players, successes=int(success.sum()) if success_counts else None,
     )

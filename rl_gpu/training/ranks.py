@@ -156,10 +156,11 @@ def split_episodes(episodes: int) -> int:
     return episodes // k + (1 if rank() < episodes % k else 0)
 
 
-def gather_episodes(returns: Tensor, lengths: Tensor, seats: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Every rank's ``[E_k]`` episode returns, lengths and seats, concatenated in rank order (CPU tensors)."""
-    parts = all_gather_objects((returns.cpu(), lengths.cpu(), seats.cpu()))
-    return tuple(torch.cat([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+def gather_episodes(*columns: Tensor) -> tuple[Tensor, ...]:
+    """Every rank's ``[E_k]`` columns (episode returns, lengths, seats, ...), each concatenated in rank order (CPU
+    tensors)."""
+    parts = all_gather_objects(tuple(c.cpu() for c in columns))
+    return tuple(torch.cat([p[i] for p in parts]) for i in range(len(columns)))
 
 
 def _to_cpu(value: Any) -> Any:

@@ -306,10 +306,16 @@ class MujocoEnv(TensorEnv[MjInner]):
     def reward_term_stats(self) -> dict[str, Tensor]:
         """``{term: 0-dim tensor}``: each reward term's sum per episode, averaged over the episodes finished since
         the last call (NaN when none finished); the counts restart."""
-        mean = self._finished_terms / self._finished_episodes
+        sums, episodes = self.reward_term_totals()
+        return {name: value / episodes for name, value in sums.items()}
+
+    def reward_term_totals(self) -> tuple[dict[str, Tensor], Tensor]:
+        """``({term: 0-dim tensor}, episodes)``: each reward term summed over the episodes finished since the last
+        call, and how many finished; the counts restart."""
+        sums, episodes = self._finished_terms.clone(), self._finished_episodes.clone()
         self._finished_terms.zero_()
         self._finished_episodes.zero_()
-        return {name: mean[i] for i, name in enumerate(self.reward_terms)}
+        return {name: sums[i] for i, name in enumerate(self.reward_terms)}, episodes
 
     def reset(self, seed: int | None = None):
         if self._term_sums is not None:
