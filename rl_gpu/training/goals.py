@@ -52,7 +52,8 @@ class BestReturn:
         return False, "no --solve-threshold: training until the budget is spent"
 
     def describe(self, result: EvalResult) -> str:
-        return f"mean return {result.mean_return:.2f} ± {result.return_ci:.2f}"
+        success = f", {result.success_line()}" if result.successes is not None else ""
+        return f"mean return {result.mean_return:.2f} ± {result.return_ci:.2f}{success}"
 
 
 @dataclass(frozen=True)

@@ -275,3 +275,90 @@ class PandaPickCubeEnv(MujocoEnv):
 
     def _total_reward(self, terms: Tensor) -> Tensor:
         return terms[:, :4].sum(dim=1)  # success is a measure, not a reward
+
+
+@dataclass(frozen=True)
+class PandaReachParams:
+    """``PandaReach-v0``: the pick task's control, floor and posture terms, and a target for the gripper itself."""
+
+    action_scale: float = 0.04
+    """Each step the servo targets move by ``action_scale * action`` (rad; m for the gripper), clipped to range."""
+    no_floor_collision: float = 0.25
+    """Weight of 1 when neither the hand nor a fingertip pad touches the floor."""
+    robot_target_qpos: float = 0.3
+    """Weight of ``1 - tanh(|arm joints - home|)``."""
+    reach: float = 4.0
+    """Weight of ``1 - tanh(5 |target - gripper|)``."""
+    target_low: tuple[float, float, float] = (0.35, -0.3, 0.1)
+    """Lower corner of the box targets are drawn from (m, world frame; the arm's base is at the origin)."""
+    target_high: tuple[float, float, float] = (0.7, 0.3, 0.5)
+    """Upper corner of that box (m)."""
+    reach_success: float = 0.02
+    """Success: the gripper within this distance of the target at the episode's last step (m)."""
+
+    def __post_init__(self) -> None:
+        check_task_params(self)
+        if not all(lo <= hi for lo, hi in zip(self.target_low, self.target_high)):
+            raise ValueError(f"target_low must be <= target_high in every axis, got {self.target_low} and "
+                             f"{self.target_high}")
+        if not (self.reach_success > 0 and self.action_scale > 0):
+            raise ValueError(f"reach_success and action_scale must be positive, got {self.reach_success!r} and "
+                             f"{self.action_scale!r}")
+
+
+class PandaReachEnv(PandaPickCubeEnv):
+    """``PandaReach-v0``, the quick arm task: bring the gripper to a target drawn per episode in front of the arm.
+
+    - Observation ``[N, 38]`` float32: arm and finger joint positions (9) and velocities (9), gripper position (3),
+      the last two rows of its rotation matrix (6), target minus gripper (3), servo targets minus joint positions
+      (8). The cube stays where it starts and is not observed.
+    - Action, control and episode length as ``PandaPickCube-v0``.
+    - Reward: ``reach`` (``1 - tanh(5 |target - gripper|)``), ``no_floor_collision`` and ``robot_target_qpos``;
+      ``success`` (the gripper within 2 cm of the target at the last step) is logged with them and adds nothing.
+    """
+
+    obs_shape = (38,)
+    params_type = PandaReachParams
+    reward_terms = ("reach", "no_floor_collision", "robot_target_qpos", "success")
+
+    def _reset_physics(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        qpos = self.home_qpos.expand(n, -1).clone()
+        return qpos, torch.zeros(n, self.layout.nv, dtype=torch.float64, device=self.device)
+
+    def _reset_task(self, n: int, generator: torch.Generator) -> Tensor:
+        p = self.params
+        task = torch.zeros(n, self.task_size, dtype=torch.float64, device=self.device)
+        task[:, self.CTRL] = self.home_ctrl
+        low, high = (torch.tensor(v, dtype=torch.float64, device=self.device) for v in (p.target_low, p.target_high))
+        task[:, self.TARGET] = low + (high - low) * self.uniform(0.0, 1.0, (n, 3), generator)
+        return task
+
+    def succeeded(self, inner: MjInner) -> Tensor:
+        """``[N]`` bool: the gripper is within ``reach_success`` of the target."""
+        return (self.target(inner) - self.gripper_position(inner)).norm(dim=1) < self.params.reach_success
+
+    def _observe(self, inner: MjInner) -> Tensor:
+        qpos, qvel = self.qpos(inner), self.qvel(inner)
+        gripper, rotation = self.gripper_pose(inner)
+        servo = inner.task[:, self.CTRL] - qpos[:, :8]
+        return torch.cat((qpos[:, :9], qvel[:, :9], gripper, rotation.flatten(1)[:, 3:],
+                          self.target(inner) - gripper, servo), dim=1).float()
+
+    def _rewards(self, before: MjInner, after: MjInner, action: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        p = self.params
+        qpos = self.qpos(after)
+        self._reached = before.task[:, self.REACHED]
+        distance = (self.target(after) - self.gripper_position(after)).norm(dim=1)
+        last = before.task[:, self.STEP] + 1 >= self.max_episode_steps
+        terminated = ~torch.isfinite(after.physics).all(dim=1)
+        terms = {
+            "reach": p.reach * (1 - torch.tanh(5 * distance)),
+            "no_floor_collision": p.no_floor_collision * (~self.floor_contact(after)).double(),
+            "robot_target_qpos": p.robot_target_qpos * (1 - torch.tanh((qpos[:, ARM] - self.home_qpos[ARM])
+                                                                      .norm(dim=1))),
+            "success": (last & ~terminated & self.succeeded(after)).double(),
+        }
+        return {k: torch.nan_to_num(v) for k, v in terms.items()}, terminated
+
+    def _total_reward(self, terms: Tensor) -> Tensor:
+        return terms[:, :3].sum(dim=1)  # success is a measure, not a reward

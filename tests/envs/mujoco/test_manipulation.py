@@ -181,3 +181,29 @@ def test_state_dict_resumes_exactly():
         got = other.step(action)
         for name in ("obs", "reward", "terminated", "truncated", "final_obs"):
             assert torch.equal(getattr(got, name), getattr(expected, name)), name
+
+
+def test_reach_observes_the_gripper_and_pays_for_closing_in():
+    env = make("PandaReach-v0", 6, seed=2, num_threads=1, randomization=None)
+    assert env.spec.obs_shape == (38,) and env.spec.reward_terms == ("reach", "no_floor_collision",
+                                                                     "robot_target_qpos", "success")
+    obs = env.reset().obs.double()
+    inner, p = env.state.inner, env.params
+    target = env.target(inner)
+    assert bool(((target >= torch.tensor(p.target_low)) & (target <= torch.tensor(p.target_high))).all())
+    gripper = torch.stack([_site_position(env, q.numpy()) for q in env.qpos(inner)])
+    torch.testing.assert_close(obs[:, 18:21], gripper, atol=1e-6, rtol=0)
+    torch.testing.assert_close(obs[:, 27:30], target - gripper, atol=1e-6, rtol=0)
+    env.step(torch.zeros(6, 8))
+    inner = env.state.inner
+    distance = (env.target(inner) - env.gripper_position(inner)).norm(dim=1)
+    torch.testing.assert_close(env._step_terms[:, 0], p.reach * (1 - torch.tanh(5 * distance)), atol=1e-12, rtol=0)
+    # A target placed on the gripper at the last step is a success; one 5 cm away is not.
+    state = env.get_state()
+    task = state.inner.task.clone()
+    task[:, env.TARGET] = env.gripper_position(inner)
+    task[1:, env.TARGET] += torch.tensor([0.05, 0.0, 0.0], dtype=torch.float64)
+    task[:, env.STEP] = 149.0
+    env.set_state(state._replace(inner=state.inner._replace(task=task), episode_step=torch.full((6,), 149)))
+    env.step(torch.zeros(6, 8))
+    assert env._step_terms[:, 3].tolist() == [1.0] + [0.0] * 5
