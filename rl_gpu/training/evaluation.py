@@ -141,9 +141,9 @@ def evaluate_policy(
         num_envs: the largest batch to use at once.
         opponent: the other seat's player in multi-player games (default uniform random).
         deterministic: the learner plays its most probable action.
-        gather: ``gather(returns, lengths, seats, success)`` (``[E]`` each; ``success`` 1 for an episode that ended
-            in the task's success) -> the episodes to summarise: under torchrun every process's episodes together,
-            so the result is that of all of them.
+        gather: ``gather(returns, lengths, seats, success)`` (``[E]`` each; ``success`` holds as many ones as
+            episodes that ended in the task's success, only its total is read) -> the episodes to summarise: under
+            torchrun every process's episodes together, so the result is that of all of them.
     """
     if episodes <= 0:
         raise ValueError(f"episodes must be positive, got {episodes}")
