@@ -61,6 +61,8 @@ _LOCOMOTION_TASKS: dict[str, dict] = {
                         "ppo": {**_LOCOMOTION["ppo"], "gamma": 0.99, "gae_lambda": 0.95, "update_epochs": 5,
                                 "ent_coef": 0.005}},
 }
+# Rough terrain: Go1's settings over a longer budget (the curriculum needs the flat gait first).
+_LOCOMOTION_TASKS["Go1-Rough-v0"] = {**_LOCOMOTION_TASKS["Go1-Velocity-v0"], "total_timesteps": 20_000_000}
 
 _MINATAR = {
     # PureJaxRL's MinAtar PPO (64 envs x 128 steps, 4 epochs of 8 minibatches, lr 5e-4 decayed to 0, entropy 0.01),

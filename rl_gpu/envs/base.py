@@ -232,6 +232,12 @@ class TensorEnv(abc.ABC, Generic[Inner]):
             return None
         return torch.ones(inner[0].shape[0], self.num_agents, dtype=torch.bool, device=self.device)
 
+    def _carry(self, finished: Inner, fresh: Inner) -> Inner:
+        """The fresh starts (``[N, ...]``, one per row) that rows whose episode ends at this step take, given how
+        their episodes ended (``finished``): a curriculum moves a row to its next level here. Pure, for every row
+        (only the finished rows' results are used). Default: ``fresh`` as drawn."""
+        return fresh
+
     def _current_player(self, inner: Inner) -> Tensor:
         """``[N]`` int64 seat to act. Default: 0 (single player)."""
         n = inner[0].shape[0]
@@ -311,7 +317,7 @@ class TensorEnv(abc.ABC, Generic[Inner]):
         final_critic = self._critic(next_inner)
         if self.autoreset:
             done_r = done if reward.dim() == 1 else done.unsqueeze(-1)
-            inner = select_rows(done, reset_inner, next_inner)
+            inner = select_rows(done, self._carry(next_inner, reset_inner), next_inner)
             obs = self._observe(inner)
             critic = self._critic(inner)
             new_state = EnvState(

@@ -362,6 +362,8 @@ class Trainer(CheckpointMixin):
         result = Iteration.of(self.algo.iterate(phase=logger.phase))
         if self.reward_terms:
             result = result.adding(per_episode={f"reward/{k}": v for k, v in self.env.reward_term_stats().items()})
+        if callable(getattr(self.env, "task_stats", None)):  # the task's own state (a terrain curriculum's levels)
+            result = result.adding(learner={f"task/{k}": v for k, v in self.env.task_stats().items()})
         if self.layout is None:
             self.layout = result.layout()
         values = ranks.reduce_metrics(result.stacked(self.layout), self.layout)

@@ -202,7 +202,11 @@ class MujocoEnv(TensorEnv[MjInner]):
         """The compiled nominal model (override to edit the MJCF first). Any compiler warning is shown once per
         process, not once per build (:func:`compile_mjcf` already avoids the deprecated ``settotalmass``)."""
         with warnings_once(python=False):
-            return compile_mjcf(self.model_path())
+            return self._compile_model()
+
+    def _compile_model(self):
+        """The task's MJCF compiled (override to build the model another way, as a generated terrain)."""
+        return compile_mjcf(self.model_path())
 
     @property
     def spec(self) -> EnvSpec:

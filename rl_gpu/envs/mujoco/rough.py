@@ -1,0 +1,222 @@
+"""Go1 on rough terrain with a curriculum (``Go1-Rough-v0``): ``Go1-Velocity-v0``'s task on a grid of terrain tiles
+(:mod:`rl_gpu.envs.mujoco.terrain`: bumps, slopes, stairs and blocks, one row of tiles per difficulty level) in
+place of the flat floor.
+
+Each row keeps its tile in ``inner.task``: the level, the kind (column) and where its episode started. A row whose
+episode ends takes its next level by the curriculum rule (:func:`~rl_gpu.envs.mujoco.terrain.next_levels`, through
+the :meth:`~rl_gpu.envs.base.TensorEnv._carry` hook), keeps its kind, and starts on that tile's platform, so the
+batch spreads over the levels as it learns. The heights around the trunk (a 9 x 7 grid over 1.6 x 1.0 m, turning
+with the trunk's heading) join the critic group, and the policy's observation too with ``policy_heights``; they are
+read from the terrain's own height field in torch, equal to MuJoCo's ray casting on it
+(``tests/envs/mujoco/test_rough.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import mujoco
+import torch
+from torch import Tensor
+
+from rl_gpu.envs.mujoco.base import MjInner
+from rl_gpu.envs.mujoco.quadruped import Go1VelocityEnv, Go1VelocityParams
+from rl_gpu.envs.mujoco.terrain import KINDS, TerrainGrid, generate_terrain, next_levels, sample_heights
+from rl_gpu.envs.params import build_params
+from rl_gpu.envs.random_draws import hash_uniform
+
+SCAN_X = tuple(-0.8 + 0.2 * i for i in range(9))
+SCAN_Y = tuple(-0.5 + 1.0 / 6 * j for j in range(7))
+"""The height samples' offsets in the trunk's heading frame (m): x forward, y to the left."""
+NUM_SCAN = len(SCAN_X) * len(SCAN_Y)
+STANDING_HEIGHT = 0.3
+"""Subtracted from the trunk's height above each sample, so level ground reads about 0."""
+_LEVELS = 11  # hash stream of the levels drawn for robots that leave the top
+
+
+@dataclass(frozen=True)
+class Go1RoughParams(Go1VelocityParams):
+    """``Go1VelocityParams`` and the terrain and curriculum of ``Go1-Rough-v0``."""
+
+    terrain_levels: int = 10
+    """Rows of tiles, from the easiest level (0) to the hardest."""
+    terrain_seed: int = 0
+    """The terrain is generated from this seed (part of the task: a checkpoint's id rebuilds the same ground)."""
+    max_init_level: int = 4
+    """Episode starts of a fresh batch: levels drawn uniformly from 0 to this."""
+    start_spread: float = 0.5
+    """A robot starts U(-s, s) m from its tile's centre along x and y (on the flat platform)."""
+    policy_heights: bool = False
+    """True: the policy observes the height samples too (its observation grows by 63); else only the critic."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name, least in (("terrain_levels", 1), ("terrain_seed", 0), ("max_init_level", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        if not 0 <= self.start_spread <= 0.9:
+            raise ValueError(f"start_spread must be in [0, 0.9] (m, inside the 2 m platform), got {self.start_spread}")
+        if not isinstance(self.policy_heights, bool):
+            raise TypeError(f"policy_heights must be True or False, got {self.policy_heights!r}")
+
+
+class Go1RoughEnv(Go1VelocityEnv):
+    """``Go1-Rough-v0``: Go1 follows velocity commands over rough terrain whose difficulty a curriculum raises.
+
+    As ``Go1-Velocity-v0`` (observation, action, reward terms, pushes, randomised physics), except: the ground is
+    the terrain grid (:class:`~rl_gpu.envs.mujoco.terrain.TerrainGrid` with ``terrain_levels`` rows and one column per
+    kind); the trunk's height for termination and the critic is measured above the ground under it; leaving the
+    terrain terminates; the critic group adds 63 height samples (the policy too with ``policy_heights``).
+    """
+
+    params_type = Go1RoughParams
+    critic_obs_shape = (7 + NUM_SCAN,)
+    mirror = None  # the height samples would need their own reflection; --symmetry is refused here
+    task_size = 29
+    LEVEL, KIND, ORIGIN = 25, 26, slice(27, 29)
+    """Columns of ``inner.task`` after Go1's: the tile's level and kind, and where the episode started (x, y)."""
+
+    def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None, **kwargs):
+        # The terrain is part of the model, and the policy's observation size of the spec: known before either.
+        names = {f.name for f in fields(Go1RoughParams)}
+        own = build_params(Go1RoughParams, {k: v for k, v in kwargs.items() if k in names}, type(self).__name__)
+        self.grid = TerrainGrid(levels=own.terrain_levels, kinds=KINDS)
+        self.terrain_seed = own.terrain_seed
+        self.obs_shape = (48 + NUM_SCAN,) if own.policy_heights else (48,)
+        super().__init__(num_envs, device, seed, **kwargs)
+        self.field = self.field.to(self.device)
+        xs, ys = torch.meshgrid(torch.tensor(SCAN_X, dtype=torch.float64), torch.tensor(SCAN_Y, dtype=torch.float64),
+                                indexing="ij")
+        self.scan_points = torch.stack((xs.flatten(), ys.flatten()), dim=1).to(self.device)  # [S, 2]
+        self._level_moves = torch.zeros(2, dtype=torch.float64, device=self.device)
+        self._carried = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+
+    def _compile_model(self):
+        field = generate_terrain(self.grid, self.terrain_seed)
+        self.field = torch.from_numpy(field)
+        spec = mujoco.MjSpec.from_file(self.model_path())
+        spec.delete(spec.geom("floor"))
+        rows, cols = field.shape
+        res = self.grid.resolution
+        low, high = float(field.min()), float(field.max())
+        span = max(high - low, 1e-3)
+        # MuJoCo's height field: rows along y, columns along x, heights in [0, 1] times the elevation size.
+        data = ((field.T - low) / span).ravel()
+        spec.add_hfield(name="terrain", nrow=cols, ncol=rows, size=[(rows - 1) * res / 2, (cols - 1) * res / 2, span,
+                                                                     1.0], userdata=data.tolist())
+        spec.worldbody.add_geom(name="terrain", type=mujoco.mjtGeom.mjGEOM_HFIELD, hfieldname="terrain",
+                                pos=[(rows - 1) * res / 2, (cols - 1) * res / 2, low], material="grid")
+        return spec.compile()
+
+    # --- the terrain ------------------------------------------------------------------------------------
+
+    def ground_height(self, xy: Tensor) -> Tensor:
+        """``[...]`` float64 height of the terrain under world points ``[..., 2]``."""
+        return sample_heights(self.field, self.grid.resolution, xy)
+
+    def height_scan(self, inner: MjInner) -> Tensor:
+        """``[N, 63]`` float32: the trunk's height above the ground at each sample point around it, minus 0.3 m,
+        clipped to [-1, 1] (legged_gym's measurement)."""
+        qpos = self.qpos(inner)
+        yaw = 2 * torch.atan2(qpos[:, 6], qpos[:, 3])  # heading of (w, 0, 0, z); tilt ignored, as legged_gym does
+        c, s = torch.cos(yaw)[:, None], torch.sin(yaw)[:, None]
+        px, py = self.scan_points[:, 0], self.scan_points[:, 1]
+        world = torch.stack((qpos[:, :1] + c * px - s * py, qpos[:, 1:2] + s * px + c * py), dim=2)  # [N, S, 2]
+        return (qpos[:, 2:3] - self.ground_height(world) - STANDING_HEIGHT).clamp(-1.0, 1.0).float()
+
+    def height_above_ground(self, inner: MjInner) -> Tensor:
+        """``[N]`` float64 the trunk's height above the terrain right under it."""
+        qpos = self.qpos(inner)
+        return qpos[:, 2] - self.ground_height(qpos[:, :2])
+
+    def tile_centre(self, level: Tensor, kind: Tensor) -> Tensor:
+        """``[N, 2]`` float64 world (x, y) of the centres of tiles ``(level [N], kind [N])``."""
+        return torch.stack(((level.double() + 0.5) * self.grid.tile_size, (kind.double() + 0.5) * self.grid.tile_size),
+                           dim=1)
+
+    def _place(self, inner: MjInner, level: Tensor, kind: Tensor, offset: Tensor) -> MjInner:
+        """``inner`` with each row's robot moved to ``offset`` (``[N, 2]``) from the centre of tile ``(level, kind)``,
+        standing at the home height above the ground there, and the task's tile columns set."""
+        xy = self.tile_centre(level, kind) + offset
+        physics, task = inner.physics.clone(), inner.task.clone()
+        q = self.layout.qpos.start
+        physics[:, q:q + 2] = xy
+        physics[:, q + 2] = self.home_qpos[2] + self.ground_height(xy)
+        task[:, self.LEVEL], task[:, self.KIND], task[:, self.ORIGIN] = level.double(), kind.double(), xy
+        return inner._replace(physics=physics, task=task)
+
+    def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> MjInner:
+        self.field = self.field.to(self.device)
+        inner = super()._sample_initial_state(num_envs, generator)
+        p = self.params
+        level = torch.randint(0, min(p.max_init_level, self.grid.levels - 1) + 1, (num_envs,), device=self.device,
+                              generator=generator)
+        kind = torch.randint(0, len(self.grid.kinds), (num_envs,), device=self.device, generator=generator)
+        offset = self.uniform(-p.start_spread, p.start_spread, (num_envs, 2), generator)
+        return self._place(inner, level, kind, offset)
+
+    def _carry(self, finished: MjInner, fresh: MjInner) -> MjInner:
+        task = finished.task
+        walked = (self.qpos(finished)[:, :2] - task[:, self.ORIGIN]).norm(dim=1)
+        seconds = task[:, self.STEP] * self.dt
+        commanded = task[:, self.CMD][:, :2].norm(dim=1) * seconds
+        level = task[:, self.LEVEL].long()
+        u = hash_uniform(task[:, self.KEY], task[:, self.STEP], stream=_LEVELS, size=1)[:, 0]
+        random_level = (u * self.grid.levels).long().clamp(max=self.grid.levels - 1)
+        new_level = next_levels(level, walked, commanded, self.grid, random_level)
+        self._carried = (new_level - level).sign()
+        offset = fresh.task[:, self.ORIGIN] - self.tile_centre(fresh.task[:, self.LEVEL], fresh.task[:, self.KIND])
+        return self._place(fresh, new_level, task[:, self.KIND].long(), offset)
+
+    # --- observation, termination -----------------------------------------------------------------------
+
+    def privileged_obs(self, inner: MjInner) -> Tensor:
+        base = super().privileged_obs(inner)
+        base = torch.cat((self.height_above_ground(inner).float()[:, None], base[:, 1:]), dim=1)
+        return torch.cat((base, self.height_scan(inner)), dim=1)
+
+    def _observe(self, inner: MjInner) -> Tensor:
+        obs = super()._observe(inner)
+        return torch.cat((obs, self.height_scan(inner)), dim=1) if self.params.policy_heights else obs
+
+    def _rewards(self, before: MjInner, after: MjInner, action: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        terms, _ = super()._rewards(before, after, action)
+        p = self.params
+        gravity = self.projected_gravity(after)
+        xy = self.qpos(after)[:, :2]
+        extent = torch.tensor(self.field.shape, dtype=xy.dtype, device=xy.device) * self.grid.resolution
+        off_terrain = ((xy < 0) | (xy > extent)).any(dim=1)
+        terminated = ((gravity[:, 2] > -math.cos(p.max_tilt)) | (self.height_above_ground(after) < p.min_base_height)
+                      | off_terrain)
+        terms["termination"] = self.dt * p.termination * terminated.double()
+        return terms, terminated
+
+    # --- statistics -------------------------------------------------------------------------------------
+
+    def step_rows(self, state, action, reset_inner, rows):
+        new_state, result = super().step_rows(state, action, reset_inner, rows)
+        done = result.terminated | result.truncated
+        self._level_moves += torch.stack(((done & (self._carried > 0)).sum(), (done & (self._carried < 0)).sum()))
+        return new_state, result
+
+    def task_stats(self) -> dict[str, Tensor]:
+        """``{"terrain_level", "terrain_top_third", "level_ups", "level_downs"}`` (0-dim tensors): the rows' mean
+        level and share in the top third of the levels now, and the moves up and down since the last call."""
+        level = self.state.inner.task[:, self.LEVEL]
+        top = level >= math.ceil(2 * self.grid.levels / 3)
+        ups, downs = self._level_moves.clone()
+        self._level_moves.zero_()
+        return {"terrain_level": level.mean(), "terrain_top_third": top.double().mean(), "level_ups": ups,
+                "level_downs": downs}
+
+    def tracking_error_by_level(self, inner: MjInner) -> tuple[Tensor, Tensor]:
+        """``([L, 3] summed absolute (vx, vy, yaw rate) errors, [L] rows)`` of the rows of ``inner`` by their level:
+        what a benchmark accumulates to report the tracking error per terrain level."""
+        level = inner.task[:, self.LEVEL].long()
+        sums = torch.zeros(self.grid.levels, 3, dtype=torch.float64, device=self.device)
+        sums.index_add_(0, level, self.tracking_error(inner))
+        counts = torch.zeros(self.grid.levels, dtype=torch.float64, device=self.device)
+        counts.index_add_(0, level, torch.ones_like(level, dtype=torch.float64))
+        return sums, counts

@@ -1,0 +1,127 @@
+"""Rough terrain (rl_gpu/envs/mujoco/terrain.py) and Go1-Rough-v0: the generator is deterministic per seed and its
+levels grow harder, the height samples equal MuJoCo's ray casting on the compiled field, the curriculum rule moves
+robots as stated, and the environment places, measures and moves its robots by it."""
+
+import numpy as np
+import pytest
+import torch
+
+mujoco = pytest.importorskip("mujoco")
+
+from rl_gpu.envs import make  # noqa: E402
+from rl_gpu.envs.mujoco.rough import STANDING_HEIGHT  # noqa: E402
+from rl_gpu.envs.mujoco.terrain import KINDS, TerrainGrid, generate_terrain, next_levels, sample_heights  # noqa: E402
+from rl_gpu.envs.mujoco.terrain import tile_heights  # noqa: E402
+
+SMALL = TerrainGrid(levels=4, tile_size=4.0, platform=1.0)
+
+
+def _env(n=6, seed=0, **kwargs):
+    return make("Go1-Rough-v0", n, seed=seed, num_threads=1, randomization=None, push_interval_steps=0,
+                terrain_levels=4, **kwargs)
+
+
+def test_the_terrain_is_a_function_of_its_seed():
+    a, b, c = (generate_terrain(SMALL, s) for s in (1, 1, 2))
+    assert a.shape == (4 * SMALL.cells, len(KINDS) * SMALL.cells)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_levels_grow_harder_and_every_platform_is_flat(kind):
+    def spread(level):  # the largest height difference between neighbouring field points
+        h = tile_heights(SMALL, kind, level, np.random.default_rng(0))
+        return max(np.abs(np.diff(h, axis=0)).max(), np.abs(np.diff(h, axis=1)).max())
+
+    spreads = [spread(level) for level in range(SMALL.levels)]
+    assert all(x <= y + 1e-12 for x, y in zip(spreads, spreads[1:])) and spreads[-1] > spreads[0], spreads
+    h = tile_heights(SMALL, kind, 3, np.random.default_rng(0))
+    c = SMALL.cells
+    centre = h[c // 2 - 3:c // 2 + 4, c // 2 - 3:c // 2 + 4]
+    assert np.ptp(centre) == 0.0  # robots start on level ground
+
+
+def test_height_samples_are_mujocos_ray_casts_on_the_field():
+    env = _env(1)
+    data = mujoco.MjData(env.model)
+    mujoco.mj_forward(env.model, data)
+    terrain = env.model.geom("terrain").id
+    rows, cols = env.field.shape
+    points = np.random.default_rng(0).uniform([0.5, 0.5], [rows * 0.1 - 0.5, cols * 0.1 - 0.5], size=(200, 2))
+    group = np.zeros(6, np.uint8)
+    group[0] = 1  # the terrain's group: the robot (group 3 collision geoms) is not hit
+    ours = sample_heights(env.field.cpu(), env.grid.resolution, torch.tensor(points)[None])[0]
+    for (x, y), h in zip(points, ours):
+        hit = np.zeros(1, np.int32)
+        distance = mujoco.mj_ray(env.model, data, np.array([x, y, 10.0]), np.array([0, 0, -1.0]), group, 1, -1, hit)
+        assert hit[0] == terrain and abs((10.0 - distance) - float(h)) < 1e-6
+
+
+def test_the_curriculum_rule():
+    grid = TerrainGrid(levels=5)
+    level = torch.tensor([0, 2, 2, 2, 4, 0])
+    walked = torch.tensor([5.0, 5.0, 1.0, 3.0, 6.0, 0.0])  # half a tile is 4 m
+    commanded = torch.tensor([4.0, 4.0, 4.0, 4.0, 4.0, 4.0])
+    random_level = torch.tensor([1, 1, 1, 1, 3, 1])
+    assert next_levels(level, walked, commanded, grid, random_level).tolist() == [1, 3, 1, 2, 3, 0]
+
+
+def test_robots_start_on_their_tiles_platform_and_see_the_ground():
+    env = _env(8, seed=1)
+    env.reset()
+    inner, p = env.state.inner, env.params
+    level, kind = inner.task[:, env.LEVEL], inner.task[:, env.KIND]
+    assert bool((level <= p.max_init_level).all()) and bool((level >= 0).all())
+    xy = env.qpos(inner)[:, :2]
+    assert bool(((xy - env.tile_centre(level, kind)).abs() <= p.start_spread).all())
+    torch.testing.assert_close(env.height_above_ground(inner), env.home_qpos[2].expand(8))
+    scan = env._observe_critic(inner)[:, 7:]
+    assert scan.shape == (8, 63)
+    # Every robot stands on its flat platform: the samples under the trunk read its standing height.
+    under = env.height_scan(inner).view(8, 9, 7)[:, 4, 3]
+    expected = torch.full((8,), float(env.home_qpos[2]) - STANDING_HEIGHT, dtype=torch.float64)
+    torch.testing.assert_close(under.double(), expected, atol=1e-6, rtol=0)
+    assert env.spec.obs_shape == (48,) and _env(2, policy_heights=True).spec.obs_shape == (48 + 63,)
+
+
+def test_a_finished_episode_moves_its_robot_by_the_rule():
+    env = _env(3, seed=2)
+    state = env.get_state()
+    task, physics = state.inner.task.clone(), state.inner.physics.clone()
+    task[:, env.LEVEL] = torch.tensor([1.0, 1.0, 3.0])
+    task[:, env.KIND] = torch.tensor([0.0, 2.0, 4.0])
+    task[:, env.CMD] = torch.tensor([0.5, 0.0, 0.0], dtype=torch.float64)
+    task[:, env.STEP] = 999.0  # the episode's last step: 20 s at 0.5 m/s asked for 10 m
+    q = env.layout.qpos.start
+    start = env.tile_centre(task[:, env.LEVEL], task[:, env.KIND])
+    task[:, env.ORIGIN] = start
+    physics[:, q:q + 2] = start + torch.tensor([[0.0, 4.5], [0.5, 0.0], [0.0, 4.5]], dtype=torch.float64)
+    physics[:, q + 2] = env.home_qpos[2] + env.ground_height(physics[:, q:q + 2])
+    env.set_state(state._replace(inner=state.inner._replace(physics=physics, task=task),
+                                 episode_step=torch.full((3,), 999)))
+    result = env.step(torch.zeros(3, 12))
+    assert result.truncated.all()
+    after = env.state.inner.task
+    assert after[:2, env.LEVEL].tolist() == [2.0, 0.0]  # far enough: up; less than half the asked: down
+    assert after[:, env.KIND].tolist() == [0.0, 2.0, 4.0]  # each keeps its kind of ground
+    assert 0 <= after[2, env.LEVEL] < 4  # past the top: a level drawn at random
+    xy = env.qpos(env.state.inner)[:, :2]
+    assert bool(((xy - env.tile_centre(after[:, env.LEVEL], after[:, env.KIND])).abs() <= 0.5).all())
+    stats = env.task_stats()
+    assert (float(stats["level_ups"]), float(stats["level_downs"])) >= (1.0, 1.0)
+
+
+def test_state_dict_resumes_exactly_through_curriculum_moves():
+    env = _env(4, seed=3)
+    g = torch.Generator().manual_seed(3)
+    actions = [0.5 * torch.randn(4, 12, generator=g) for _ in range(16)]
+    for action in actions[:6]:
+        env.step(action)
+    saved = env.state_dict()
+    first = [env.step(action) for action in actions[6:]]
+    other = _env(4, seed=99)
+    other.load_state_dict(saved)
+    for action, expected in zip(actions[6:], first):
+        got = other.step(action)
+        for name in ("obs", "reward", "terminated", "critic_obs"):
+            assert torch.equal(getattr(got, name), getattr(expected, name)), name
