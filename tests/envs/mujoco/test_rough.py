@@ -10,8 +10,14 @@ mujoco = pytest.importorskip("mujoco")
 
 from rl_gpu.envs import make  # noqa: E402
 from rl_gpu.envs.mujoco.rough import STANDING_HEIGHT  # noqa: E402
-from rl_gpu.envs.mujoco.terrain import KINDS, TerrainGrid, generate_terrain, next_levels, sample_heights  # noqa: E402
-from rl_gpu.envs.mujoco.terrain import tile_heights  # noqa: E402
+from rl_gpu.envs.mujoco.terrain import (  # noqa: E402
+    KINDS,
+    TerrainGrid,
+    generate_terrain,
+    next_levels,
+    sample_heights,
+    tile_heights,
+)
 
 SMALL = TerrainGrid(levels=4, tile_size=4.0, platform=1.0)
 
