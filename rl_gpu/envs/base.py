@@ -10,7 +10,9 @@ tensors (its *inner* state):
 - ``_observe(inner)`` returns the observation of the player about to act,
 - ``_legal_actions(inner)`` (optional) and ``_current_player(inner)`` (turn-based games),
 - ``_observe_critic(inner)`` (optional, with :attr:`TensorEnv.critic_obs_shape`): privileged observations of a
-  ``critic`` group, which only a centralised critic sees (``StepResult.critic_obs``).
+  ``critic`` group, which only a centralised critic sees (``StepResult.critic_obs``),
+- ``_carry(finished, fresh)`` (optional): the fresh start a row takes given how its episode ended (a curriculum's
+  next level); default: the fresh start as drawn.
 
 Several agents acting at once in one world (:attr:`TensorEnv.num_agents` M > 1): ``_observe`` returns
 ``[N, M, *O]``, actions arrive as ``[N, M]`` (``[N, M, D]``), ``_legal_actions`` returns ``[N, M, A]`` and the
