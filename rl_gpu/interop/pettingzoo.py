@@ -8,7 +8,9 @@ next episode starts at ``reset()``, as PettingZoo expects. ``state()`` is the ``
 environment has one (VMAS: every agent's observation), else the observations concatenated.
 
 Turn-based games of several seats (roulette, Leduc) are refused: their seats take turns, which PettingZoo writes
-as an ``AECEnv``, not a ``ParallelEnv``.
+as an ``AECEnv``, not a ``ParallelEnv``. Their seats-as-agents view (``"RussianRoulette-v0?seats_as_agents=1"``) is
+one: the seat not to act may send any action. An environment with legal-action masks gives each agent's observation
+as PettingZoo's own masked games do, ``{"observation": ..., "action_mask": int8 [A]}``.
 """
 
 from __future__ import annotations
@@ -41,9 +43,13 @@ class RlGpuParallelEnv(ParallelEnv):
         self.agents: list[str] = []
         obs_space, act_space = single_spaces(env)
         # One space object per agent, the same object every call (PettingZoo's API test checks identity).
+        self._masked = bool(spec.has_action_mask) and not spec.is_continuous
+        if self._masked:
+            obs_space = spaces.Dict({"observation": obs_space,
+                                     "action_mask": spaces.Box(0, 1, (spec.num_actions,), np.int8)})
         self._obs_spaces = {a: obs_space for a in self.possible_agents}
         self._act_spaces = {a: act_space for a in self.possible_agents}
-        self._obs_dtype = obs_space.dtype
+        self._obs_dtype = (obs_space["observation"] if self._masked else obs_space).dtype
         self.metadata = {"name": f"rl_gpu:{type(env).__name__}", "render_modes": []}
         self.render_mode = None
         critic = spec.obs_groups.get("critic") if spec.obs_groups else None
@@ -62,15 +68,18 @@ class RlGpuParallelEnv(ParallelEnv):
         x = x[0] if self.spec.num_agents > 1 else x
         return x.detach().cpu().numpy()
 
-    def _observations(self, obs: torch.Tensor) -> dict[str, np.ndarray]:
+    def _observations(self, obs: torch.Tensor, mask: torch.Tensor | None = None) -> dict[str, Any]:
         host = self._per_agent(obs).astype(self._obs_dtype)
-        return {a: host[i] for i, a in enumerate(self.possible_agents)}
+        if not self._masked:
+            return {a: host[i] for i, a in enumerate(self.possible_agents)}
+        legal = self._per_agent(mask).astype(np.int8)
+        return {a: {"observation": host[i], "action_mask": legal[i]} for i, a in enumerate(self.possible_agents)}
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
         step = self.env.reset(seed=seed)
         self._last = step
         self.agents = list(self.possible_agents)
-        return self._observations(step.obs), {a: {} for a in self.agents}
+        return self._observations(step.obs, step.action_mask), {a: {} for a in self.agents}
 
     def _action(self, actions: dict[str, Any]) -> torch.Tensor:
         missing = [a for a in self.agents if a not in actions]
@@ -92,7 +101,9 @@ class RlGpuParallelEnv(ParallelEnv):
         step = self.env.step(self._action(actions))
         self._last = step
         done = bool(step.done[0])
-        obs = self._observations(step.final_obs if done else step.obs)
+        # A world that ended has no next move: every action is legal in its last observation.
+        obs = self._observations(step.final_obs if done else step.obs,
+                                 torch.ones_like(step.action_mask) if done else step.action_mask)
         reward = self._per_agent(step.reward).reshape(-1)
         terminated, truncated = bool(step.terminated[0]), bool(step.truncated[0])
         agents = self.agents

@@ -148,7 +148,8 @@ def test_the_id_builds_the_module_parallel_env():
 
 @pytest.mark.parametrize("env_id, kwargs", [
     ("vmas:navigation?n_agents=3", {}), ("vmas:balance", {"continuous_actions": False}),
-    ("CartPole-v1", {}), ("Pendulum-v1", {}),
+    ("CartPole-v1", {}), ("Pendulum-v1", {}), ("RussianRoulette-v0?seats_as_agents=1", {}),
+    ("LeducHoldem-v0?seats_as_agents=1", {}),
 ])
 def test_to_pettingzoo_passes_pettingzoo_parallel_api_test(env_id, kwargs):
     env = to_pettingzoo(env_id, seed=3, **kwargs)
@@ -175,6 +176,15 @@ def test_to_pettingzoo_round_trip_equals_the_environment_itself():
         assert list(a_rew.values()) == [float(np.float32(r)) for r in b_rew.values()]
         assert list(a_trunc.values()) == list(b_trunc.values())
     assert ours.agents == [] and alone.agents == []
+
+
+def test_a_games_seats_as_agents_carry_their_legal_moves():
+    env = to_pettingzoo("RussianRoulette-v0?seats_as_agents=1", seed=0)
+    obs, _ = env.reset(seed=0)
+    assert obs["agent_0"]["action_mask"].tolist() == [1, 1, 1]  # seat 0 to act: FIRE, PEEK, SKIP
+    obs, *_ = env.step({"agent_0": 1, "agent_1": 0})  # seat 0 peeks (seat 1's action is ignored)
+    assert obs["agent_0"]["action_mask"].tolist() == [1, 0, 1]  # one PEEK a game
+    assert obs["agent_0"]["observation"][1] == 0.0 and obs["agent_1"]["observation"][3] == 0.0
 
 
 def test_to_pettingzoo_refuses_turn_based_games_and_batches():
