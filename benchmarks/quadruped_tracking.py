@@ -1,10 +1,14 @@
-"""Velocity-tracking error of a Go1-Velocity-v0 checkpoint next to a standing (zero-action) and a random policy.
+"""Velocity-tracking error of a Go1 checkpoint next to a standing (zero-action) and a random policy.
 
     python benchmarks/quadruped_tracking.py artifacts/learning/Go1-Velocity-v0/seed-11/best.pt [--num-envs 64]
+    python benchmarks/quadruped_tracking.py runs/rough/seed-11/best.pt --env Go1-Rough-v0   # and per level
 
 Each policy drives ``--num-envs`` robots for one full episode length (1000 steps, 20 s, commands redrawn every
 10 s, pushes on, randomised physics) from the same seed; the table gives the mean absolute error between command
 and body-frame velocity over every robot-step (falls reset the robot and count), and falls per robot-episode.
+``--env`` picks the task (``Go1-Velocity-v0`` by default: a rough-terrain policy on flat ground); on
+``Go1-Rough-v0`` a second table gives the trained policy's planar error (vx and vy) per terrain level, and the
+levels the robots reached.
 """
 
 from __future__ import annotations
@@ -18,17 +22,29 @@ import rl_gpu
 from rl_gpu.envs.registry import make
 
 
-def run(act, num_envs: int, steps: int, seed: int) -> dict[str, float]:
-    env = make("Go1-Velocity-v0", num_envs, seed=seed, validate_actions=False)
+def run(act, env_id: str, num_envs: int, steps: int, seed: int) -> dict:
+    env = make(env_id, num_envs, seed=seed, validate_actions=False)
     obs = env.reset().obs
     env.tracking_error_stats()
     falls = 0
+    by_level = hasattr(env, "levels")
+    if by_level:
+        sums = torch.zeros(env.grid.levels, 3, dtype=torch.float64)
+        counts = torch.zeros(env.grid.levels, dtype=torch.float64)
     for _ in range(steps):
+        level = env.levels() if by_level else None
         result = env.step(act(obs))
         obs = result.obs
         falls += int(result.terminated.sum())
+        if by_level:
+            sums.index_add_(0, level, env.step_errors)
+            counts.index_add_(0, level, torch.ones_like(level, dtype=torch.float64))
     errors = {k: float(v) for k, v in env.tracking_error_stats().items()}
     errors["falls per 1000 steps"] = falls / num_envs * 1000 / steps
+    if by_level:
+        errors["levels"] = [(i, int(counts[i]), float(sums[i, :2].sum() / counts[i]) if counts[i] else None)
+                            for i in range(env.grid.levels)]
+        errors["final levels"] = env.levels().tolist()
     env.close()
     return errors
 
@@ -39,6 +55,8 @@ def main() -> int:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--env", default="Go1-Velocity-v0", help="Go1-Velocity-v0 or Go1-Rough-v0 (with its id "
+                        "parameters)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     policy = rl_gpu.load(args.checkpoint)
@@ -50,10 +68,19 @@ def main() -> int:
     }
     print("| policy | vx error (m/s) | vy error (m/s) | yaw-rate error (rad/s) | falls per robot per 1000 steps |")
     print("| --- | --- | --- | --- | --- |")
+    levels = None
     for name, act in policies.items():
-        e = run(act, args.num_envs, args.steps, args.seed)
+        e = run(act, args.env, args.num_envs, args.steps, args.seed)
         print(f"| {name} | {e['lin_vel_x']:.3f} | {e['lin_vel_y']:.3f} | {e['ang_vel_z']:.3f} | "
               f"{e['falls per 1000 steps']:.2f} |", flush=True)
+        levels = levels or (e.get("levels"), e.get("final levels"))
+    if levels[0] is not None:
+        print("\n| level | robot-steps | trained policy's planar error (vx + vy, m/s) |\n| --- | --- | --- |")
+        for level, count, error in levels[0]:
+            print(f"| {level} | {count} | {'-' if error is None else f'{error:.3f}'} |")
+        final = torch.tensor(levels[1])
+        print(f"levels after {args.steps} steps: mean {final.double().mean():.2f}, histogram "
+              f"{torch.bincount(final, minlength=len(levels[0])).tolist()}")
     return 0
 
 

@@ -417,6 +417,11 @@ class Go1VelocityEnv(MujocoEnv):
         self._error_count += live.sum()
         return new_state, result
 
+    @property
+    def step_errors(self) -> Tensor:
+        """``[N, 3]`` float64 absolute (vx, vy, yaw rate) tracking errors of the last step's rows."""
+        return self._step_errors
+
     def tracking_error_stats(self) -> dict[str, Tensor]:
         """``{"lin_vel_x", "lin_vel_y", "ang_vel_z": 0-dim tensor}``: mean absolute tracking error (command
         minus body-frame velocity after the step) over every row-step since the last call (NaN when none);

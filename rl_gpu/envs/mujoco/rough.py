@@ -211,12 +211,6 @@ class Go1RoughEnv(Go1VelocityEnv):
         return {"terrain_level": level.mean(), "terrain_top_third": top.double().mean(), "level_ups": ups,
                 "level_downs": downs}
 
-    def tracking_error_by_level(self, inner: MjInner) -> tuple[Tensor, Tensor]:
-        """``([L, 3] summed absolute (vx, vy, yaw rate) errors, [L] rows)`` of the rows of ``inner`` by their level:
-        what a benchmark accumulates to report the tracking error per terrain level."""
-        level = inner.task[:, self.LEVEL].long()
-        sums = torch.zeros(self.grid.levels, 3, dtype=torch.float64, device=self.device)
-        sums.index_add_(0, level, self.tracking_error(inner))
-        counts = torch.zeros(self.grid.levels, dtype=torch.float64, device=self.device)
-        counts.index_add_(0, level, torch.ones_like(level, dtype=torch.float64))
-        return sums, counts
+    def levels(self) -> Tensor:
+        """``[N]`` int64: each row's terrain level now."""
+        return self.state.inner.task[:, self.LEVEL].long()
