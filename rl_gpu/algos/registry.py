@@ -203,7 +203,8 @@ class AlgorithmSpec:
                     "--parallel with --ent-coef-final", "a population's members keep their own ent_coef")]
         if config.memory != "none":
             refused += [(config.self_play, f"--self-play with --memory {config.memory}",
-                         "a policy with memory trains on single-player tasks for now"),
+                         "the league's opponents are feed-forward for now; a policy with memory plays a turn-based "
+                         "game against the uniform-random player"),
                         (config.parallel, f"--parallel with --memory {config.memory}",
                          "a population stacks the built-in actor-critics")]
         if config.policy != "auto":

@@ -252,6 +252,10 @@ def exploitability_measure(config: TrainConfig):
         return None
     if not has_exploitability(cls):
         return None
+    if config.uses_memory:
+        print(f"{PROG}: note: exploitability is not measured during training: a policy with memory acts on its "
+              "history, not on the information state alone", file=sys.stderr)
+        return None
     measure = functools.partial(measure_exploitability, cls, deterministic=config.deterministic_eval)
     try:
         random = measure(UniformRandomPolicy())

@@ -161,22 +161,25 @@ class ComposedActorCritic(nn.Module):
         return self.value_layer(c).squeeze(-1)
 
     def sequence_step(self, a_in: Tensor, c_in: Tensor, state: Tensor, start: Tensor,
-                      initial: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                      initial: Tensor, hold: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """One step of :meth:`evaluate_sequence`'s memory: ``(actor output [n, H], critic output [n, H], next state
         [n, 2, S])`` from the encoders' ``[n, E]`` outputs and the state before the step, reset to ``initial``
-        where ``start`` (``[n]`` bool). A pure function of tensors: the unit a compiled update compiles once and
-        calls T times."""
+        where ``start`` (``[n]`` bool); where ``hold`` (``[n]`` bool: not the learner's turn) the state does not
+        advance, as the collector kept it. A pure function of tensors: the unit a compiled update compiles once
+        and calls T times."""
         state = torch.where(start[:, None, None], initial, state)
         a, a_state = self._remember(self.actor_memory, a_in, state[:, 0])
         c, c_state = self._remember(self.critic_memory, c_in, state[:, 1])
-        return a, c, torch.stack([a_state, c_state], dim=1)
+        after = torch.stack([a_state, c_state], dim=1)
+        return a, c, after if hold is None else torch.where(hold[:, None, None], state, after)
 
     def evaluate_sequence(self, obs: Tensor, action: Tensor, action_mask: Tensor | None, state0: Tensor,
-                          starts: Tensor, step=None) -> tuple[Tensor, Tensor, Tensor]:
+                          starts: Tensor, step=None, hold: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(log_prob, entropy, value)``, each ``[T, N]``, of a rollout's steps replayed from ``state0``
         (``[N, 2, S]``, the state before step 0); ``starts`` ``[T, N]`` bool: an episode starts at step t (its
-        state is the initial one there, as the collector reset it). ``step``: :meth:`sequence_step` or a compiled
-        form of it."""
+        state is the initial one there, as the collector reset it); ``hold`` ``[T, N]`` bool (turn-based games):
+        the step is not the learner's, so its state does not advance there. ``step``: :meth:`sequence_step` or a
+        compiled form of it."""
         # The encoders and the heads see every step at once ([T, n] leading dimensions); only the memory, whose
         # input at t is its own output at t - 1, runs step by step (compiling the T unrolled steps as one graph
         # took minutes: a compiled update compiles the one step instead).
@@ -186,7 +189,8 @@ class ComposedActorCritic(nn.Module):
         initial = self.initial_state(obs.shape[1])
         state, a_out, c_out = state0, [], []
         for t in range(obs.shape[0]):
-            a, c, state = step(a_in[t], c_in[t], state, starts[t], initial)
+            held = () if hold is None else (hold[t],)
+            a, c, state = step(a_in[t], c_in[t], state, starts[t], initial, *held)
             a_out.append(a)
             c_out.append(c)
         a, c = torch.stack(a_out), torch.stack(c_out)

@@ -67,6 +67,37 @@ def test_the_first_minibatch_replays_the_collection_exactly():
     assert abs(named["approx_kl"]) < 1e-6 and named["clip_fraction"] == 0.0, named
 
 
+def test_a_turn_based_replay_holds_the_state_through_the_opponents_turns():
+    """The collector advances the learner's memory on its own turns only; the replay must hold it elsewhere, or
+    the first minibatch's ratios are no longer 1."""
+    env = make("RussianRoulette-v0", num_envs=16, seed=0)
+    torch.manual_seed(0)
+    policy = ComposedActorCritic((6,), num_actions=3, hidden_sizes=(16,), memory_size=8)
+    with torch.no_grad():  # larger weights than the initial ones, whose near-uniform actions hide the memory
+        for p in policy.parameters():
+            p.normal_(0.0, 0.5)
+    rollout = collect(policy, env, 10, torch.Generator().manual_seed(1), episodic=True,
+                      opponent_rng=torch.Generator().manual_seed(2))
+    config = PPOConfig()
+    advantage, returns = UpdateUnits(policy, torch.optim.Adam(policy.parameters()), config).gae(rollout, True)
+    seq = sequence_batch(rollout, advantage, returns, continuous=False, weighted=True)
+    assert bool(seq.hold.any()) and bool((~seq.hold).any())
+    held = dict(zip(LOSS_STATS, sequence_loss(policy, config, seq, torch.arange(16))[1].tolist()))
+    advanced = dict(zip(LOSS_STATS, sequence_loss(policy, config, seq._replace(hold=None), torch.arange(16))[1]
+                        .tolist()))
+    assert abs(held["approx_kl"]) < 1e-6 and held["clip_fraction"] == 0.0, held
+    assert abs(advanced["approx_kl"]) > 1e-4, advanced
+
+
+def test_memory_trains_on_a_turn_based_game():
+    torch.manual_seed(0)
+    policy = ComposedActorCritic((6,), num_actions=3, hidden_sizes=(16,), memory_size=8)
+    algo = PPO(policy, PPOConfig(num_minibatches=4, gamma=1.0), 1e-3, seed=0,
+               env=make("RussianRoulette-v0", num_envs=32, seed=0), num_steps=10)
+    results = [algo.iterate() for _ in range(2)]
+    assert all(bool(torch.isfinite(r["loss"])) for r in results) and float(results[-1]["episodes"]) == 32
+
+
 def test_the_state_carries_over_rollouts_and_a_resume_exactly():
     config = PPOConfig(num_minibatches=2, update_epochs=2)
     a = PPO(_policy(8), config, 1e-3, seed=3, env=RecallEnv(4, seed=1), num_steps=6)

@@ -191,9 +191,9 @@ class PPO(LearningRateSchedule):
                                  "games would be cut")
         rows = self.rows_of(env)
         if self.recurrent:
-            if env.spec.num_players > 1 or env.spec.num_agents > 1:
-                raise ValueError("a policy with memory is trained on single-player tasks only for now (its state "
-                                 "would have to advance on the learner's turns alone)")
+            if env.spec.num_agents > 1:
+                raise ValueError("a policy with memory is not trained on worlds of several agents acting at once "
+                                 "yet: single-player tasks and turn-based games only")
             if rows % self.config.num_minibatches:
                 raise ValueError(f"a policy with memory learns from minibatches of whole environments: num_envs "
                                  f"{rows} is not divisible by --num-minibatches {self.config.num_minibatches}")
@@ -294,7 +294,9 @@ class PPO(LearningRateSchedule):
         goes through :func:`~rl_gpu.collect.reference.collect` (compiled modes: :class:`~rl_gpu.collect.host.HostCollector`,
         whose policy half is compiled) and returns fresh tensors."""
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
-        if self.recurrent and not env.spec.functional:
+        # A policy with memory on a host-stepped task, or in a turn-based game (its state advances on its own turns
+        # alone), is collected by the reference loop.
+        if self.recurrent and (not env.spec.functional or env.spec.num_players > 1):
             rollout = collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic,
                               opponent=self.opponent, opponent_rng=opponent_rng,
                               policy_state=None if episodic else self._policy_state.get(env))
@@ -375,7 +377,7 @@ class PPO(LearningRateSchedule):
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
         # Single-player continuing rollouts have every weight 1 by construction: the update skips them.
         weighted = episodic or env.spec.num_players > 1
-        if not self._graphed() or not env.spec.functional:
+        if not self._graphed() or not env.spec.functional or (self.recurrent and env.spec.num_players > 1):
             with phase("collect"):
                 rollout = self.collect(env, num_steps, episodic=episodic, opponent_rng=opponent_rng)
             with phase("update"):

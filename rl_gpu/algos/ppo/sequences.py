@@ -35,12 +35,15 @@ class SequenceBatch(NamedTuple):
     """The policy's state before step 0 (``[N, ...]``)."""
     starts: Tensor
     """``[T, N]`` bool: an episode starts at step t (its state is the initial one)."""
+    hold: Tensor | None = None
+    """``[T, N]`` bool: not a learner decision (an opponent's turn, padding): the state does not advance there, as
+    the collector kept it (turn-based games); None: every step advances it."""
 
 
 def sequence_batch(batch: Rollout, advantage: Tensor, returns: Tensor, continuous: bool,
                    weighted: bool = True) -> SequenceBatch:
     """The rollout as sequences (views, no copies). ``starts[0]`` is False: ``state0`` already holds the
-    state before step 0, reset or not."""
+    state before step 0, reset or not. ``weighted``: the state is held at the steps of weight 0."""
     if batch.policy_state0 is None:
         raise ValueError("the rollout has no policy_state0: collect it with the recurrent policy that learns "
                          "from it")
@@ -48,7 +51,10 @@ def sequence_batch(batch: Rollout, advantage: Tensor, returns: Tensor, continuou
     starts = torch.cat([torch.zeros_like(done[:1]), done[:-1]])
     steps = FlatBatch(batch.obs, batch.action, None if continuous else batch.action_mask, batch.log_prob,
                       batch.value, advantage, returns, batch.weight if weighted else None)
-    return SequenceBatch(steps, batch.policy_state0, starts)
+    # A turn-based game's learner advances its state on its own decisions only (the collector holds it through the
+    # opponent's turns); holding it at every step of weight 0 (padding after a game, too) replays exactly that.
+    hold = batch.weight == 0 if weighted else None
+    return SequenceBatch(steps, batch.policy_state0, starts, hold)
 
 
 class _Replayed:
@@ -70,6 +76,8 @@ def sequence_loss(policy: Any, config: PPOConfig, seq: SequenceBatch, cols: Tens
 
     steps = FlatBatch(*(columns(x) for x in seq.steps))
     extra = {} if step is None else {"step": step}
+    if seq.hold is not None:
+        extra["hold"] = columns(seq.hold)
     replayed = policy.evaluate_sequence(steps.obs, steps.action, steps.action_mask,
                                         seq.state0.index_select(0, cols), columns(seq.starts), **extra)
     mb = {name: None if x is None else x.flatten(0, 1) for name, x in steps._asdict().items()}
