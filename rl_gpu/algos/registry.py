@@ -70,6 +70,8 @@ class AlgorithmSpec:
     policies: bool = False
     """Trains a policy of any registered kind (``--policy KIND``; :mod:`rl_gpu.nn.kinds`), built through
     ``Setup.policy``; otherwise it builds its own and ``--policy`` is refused."""
+    memory: bool | None = None
+    """Takes ``--memory`` (a policy with memory); None: as :attr:`policies`."""
     lr_schedules: tuple[str, ...] = ("constant", "linear")
     """The ``--lr-schedule`` kinds it takes (:mod:`rl_gpu.algos.schedules`): ``cosine`` and ``step`` need the
     :class:`~rl_gpu.algos.optim.LearningRateSchedule` mixin (``PROGRESS_SCHEDULES``), ``adaptive-kl`` a KL
@@ -177,8 +179,8 @@ class AlgorithmSpec:
                     f"its modes are {', '.join(self.compile_modes)}"),
                    (config.policy != "auto" and not self.policies, f"--policy {config.policy}",
                     "it builds its own networks"),
-                   (config.memory != "none" and not self.policies, f"--memory {config.memory}",
-                    "it builds its own networks"),
+                   (config.memory != "none" and not (self.policies if self.memory is None else self.memory),
+                    f"--memory {config.memory}", "it builds its own networks"),
                    (config.schedule_kind not in self.lr_schedules, f"--lr-schedule {config.schedule_kind}",
                     f"it takes {', '.join(self.lr_schedules)}"),
                    (config.parallel and config.schedule_kind == "adaptive-kl", "--parallel with --lr-schedule "
@@ -284,7 +286,7 @@ register_algorithm(AlgorithmSpec(
 register_algorithm(AlgorithmSpec(
     name="ippo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:IPPO",
     summary="independent PPO, each agent's critic on its own observation (worlds of several agents)",
-    agents=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, precisions=PRECISIONS,
+    agents=True, memory=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, precisions=PRECISIONS,
     population="rl_gpu.algos.population.mappo:PopulationMAPPO", flag_needs=(("norm_reward_clip", "norm_reward"),)))
 register_algorithm(AlgorithmSpec(
     name="distill", config="rl_gpu.algos.distill.config:DistillConfig",

@@ -14,12 +14,16 @@ centralised critic reads) and is handed to every agent's critic.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
+from rl_gpu.core.pytree import tree_where
 from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
+from rl_gpu.nn.memory import is_recurrent, reset_state
 
 
 def _rows(x: Tensor) -> Tensor:
@@ -58,6 +62,7 @@ def collect_agents(
     opponent_rng: torch.Generator | None = None,
     deterministic: bool = False,
     learner_seat: Tensor | None = None,
+    policy_state: Any = None,
 ) -> Rollout:
     """Run ``num_steps`` steps of ``env`` (M > 1 agents per world) and return the ``[T, N, M]`` rollout.
 
@@ -73,6 +78,10 @@ def collect_agents(
         deterministic: the learner takes its most probable action.
         learner_seat: ``[N]`` int64, instead of ``controlled``: the learner plays this one agent of each world (a
             turn-based game's seat, :mod:`rl_gpu.envs.seat_agents`), recorded as the rollout's ``learner_seat``.
+        policy_state: a learner with memory (:mod:`rl_gpu.nn.memory`): its ``[N * M, ...]`` state at the first step
+            (one per agent row; continuing mode: the previous rollout's ``policy_state``); None, and always in
+            episodic mode: its initial state. An agent's state advances only at the steps where it acts and is
+            reset where its world's episode ended; the rollout records it before the first step and after the last.
     """
     n, m, device = env.num_envs, env.spec.num_agents, env.device
     if learner_seat is not None:
@@ -92,10 +101,19 @@ def collect_agents(
     step = env.reset() if episodic else env.observe()
     live = torch.ones(n, dtype=torch.bool, device=device)
     record: dict[str, list[Tensor]] = {k: [] for k in Rollout.__dataclass_fields__}
+    recurrent = is_recurrent(policy)
+    initial = policy.initial_state(n * m) if recurrent else None
+    state = initial if episodic or policy_state is None else policy_state
+    state0 = state
     for _ in range(num_steps):
         acting = step.acting if step.acting is not None else torch.ones(n, m, dtype=torch.bool, device=device)
-        out = policy.act(_rows(step.obs), _rows(step.action_mask), policy_rng, deterministic,
-                         **_critic(step.critic_obs, m))
+        if recurrent:
+            out, after = policy.act_with_state(_rows(step.obs), state, _rows(step.action_mask), policy_rng,
+                                               deterministic, **_critic(step.critic_obs, m))
+            after = tree_where(_rows(acting), after, state)  # an agent's memory moves on its own turns only
+        else:
+            out = policy.act(_rows(step.obs), _rows(step.action_mask), policy_rng, deterministic,
+                             **_critic(step.critic_obs, m))
         action = out.action.view(n, m, *out.action.shape[1:])
         if not everyone:
             other = opponent.act(_rows(step.obs), _rows(step.action_mask), opponent_rng)
@@ -116,7 +134,9 @@ def collect_agents(
         terminated, truncated = step.terminated & live, step.truncated & live
         done = terminated | truncated
         if env.spec.max_episode_steps is not None:
-            final = policy.value(_rows(step.final_obs), **_critic(step.final_critic_obs, m)).view(n, m)
+            critic = _critic(step.final_critic_obs, m)
+            final = (policy.value_with_state(_rows(step.final_obs), after, **critic) if recurrent
+                     else policy.value(_rows(step.final_obs), **critic)).view(n, m)
             final_value = torch.where(truncated[:, None], final, 0.0)
         else:
             final_value = torch.zeros(n, m, device=device)
@@ -128,11 +148,16 @@ def collect_agents(
         record["episode_length"].append(torch.where(done, step.episode_length, 0))
         if episodic:
             live = live & ~done
+        if recurrent:
+            state = reset_state(step.done.repeat_interleave(m), initial, after)
 
     stacked = {k: torch.stack(v) for k, v in record.items() if v}
     if episodic:
         bootstrap = torch.zeros(n, m, device=device)
+    elif recurrent:
+        bootstrap = policy.value_with_state(_rows(step.obs), state, **_critic(step.critic_obs, m)).view(n, m)
     else:
         bootstrap = policy.value(_rows(step.obs), **_critic(step.critic_obs, m)).view(n, m)
     seat = learner_seat.to(device) if learner_seat is not None else torch.zeros(n, dtype=torch.long, device=device)
-    return Rollout(**stacked, bootstrap_value=bootstrap, learner_seat=seat, controlled=controlled)
+    memory = {"policy_state0": state0, "policy_state": state} if recurrent else {}
+    return Rollout(**stacked, bootstrap_value=bootstrap, learner_seat=seat, controlled=controlled, **memory)

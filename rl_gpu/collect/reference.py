@@ -80,11 +80,9 @@ def collect(
     if record not in ("rollout", "episodes") or (record == "episodes" and not episodic):
         raise ValueError(f"record is 'rollout', or 'episodes' with episodic=True; got {record!r}")
     if env.spec.num_agents > 1:
-        if is_recurrent(policy):
-            raise ValueError("a recurrent policy over several agents acting at once is not collected yet")
         rollout = collect_agents(policy, env, num_steps, policy_rng, episodic=episodic, controlled=controlled,
                                  opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic,
-                                 learner_seat=learner_seat)
+                                 learner_seat=learner_seat, policy_state=policy_state)
         return rollout if record == "rollout" else tally_rollout(rollout)
     if controlled is not None:
         raise ValueError(f"controlled applies to environments of several agents; {type(env).__name__} has one")

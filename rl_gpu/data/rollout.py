@@ -140,6 +140,7 @@ class Rollout:
             learner_seat=torch.zeros(n * m, dtype=torch.long, device=self.reward.device),
             episode_return=rows(self.episode_return), episode_length=per_world(self.episode_length),
             critic_obs=per_world(self.critic_obs) if critic and self.critic_obs is not None else None,
+            policy_state0=self.policy_state0, policy_state=self.policy_state,
         )
 
     def episode_stats(self) -> dict[str, Tensor]:

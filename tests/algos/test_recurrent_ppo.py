@@ -89,6 +89,43 @@ def test_a_turn_based_replay_holds_the_state_through_the_opponents_turns():
     assert abs(advanced["approx_kl"]) > 1e-4, advanced
 
 
+def test_each_agents_memory_moves_on_its_own_turns_and_the_replay_follows():
+    """A game's seats as agents: one shared network with memory, one state per seat, advancing on that seat's
+    turns only; the replay of the rollout's agent rows reproduces the collection exactly."""
+    env = make("RussianRoulette-v0?seats_as_agents=1", num_envs=8, seed=0)
+    torch.manual_seed(0)
+    policy = ComposedActorCritic((6,), num_actions=3, hidden_sizes=(16,), memory_size=8)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.normal_(0.0, 0.5)
+    rollout = collect(policy, env, 12, torch.Generator().manual_seed(1))
+    rows = rollout.agents_as_rows(critic=False)
+    assert rows.policy_state0.shape == (16, 2, 8) and rows.policy_state.shape == (16, 2, 8)
+    config = PPOConfig()
+    advantage, returns = UpdateUnits(policy, torch.optim.Adam(policy.parameters()), config).gae(rows, True)
+    seq = sequence_batch(rows, advantage, returns, continuous=False, weighted=True)
+    held = dict(zip(LOSS_STATS, sequence_loss(policy, config, seq, torch.arange(16))[1].tolist()))
+    advanced = dict(zip(LOSS_STATS, sequence_loss(policy, config, seq._replace(hold=None), torch.arange(16))[1]
+                        .tolist()))
+    assert held["approx_kl"] == 0.0 and held["clip_fraction"] == 0.0, held
+    assert abs(advanced["approx_kl"]) > 1e-4, advanced
+
+
+def test_ippo_with_memory_trains_a_games_seats_and_mappo_refuses_it(tmp_path, call_main):
+    from rl_gpu.cli.train import main
+
+    env_id = "RussianRoulette-v0?seats_as_agents=1"
+    code, _, err = call_main(main, "--env", env_id, "--algo", "ippo", "--memory", "gru", "--device", "cpu",
+                             "--output", tmp_path / "ippo", "--num-envs", 32, "--num-steps", 16, "--total-timesteps",
+                             1024, "--eval-episodes", 32, "--final-eval-episodes", 32, "--quiet")
+    assert code == 0, err
+    assert (tmp_path / "ippo" / "seed-11" / "best.pt").is_file()
+    code, _, err = call_main(main, "--env", env_id, "--algo", "mappo", "--memory", "gru", "--device", "cpu",
+                             "--output", tmp_path / "mappo", "--total-timesteps", 1024)
+    assert code == 2 and "--memory gru does not apply to --algo mappo" in err
+    assert not (tmp_path / "mappo").exists()
+
+
 def test_memory_trains_on_a_turn_based_game():
     torch.manual_seed(0)
     policy = ComposedActorCritic((6,), num_actions=3, hidden_sizes=(16,), memory_size=8)

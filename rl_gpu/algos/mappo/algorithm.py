@@ -60,9 +60,13 @@ class MAPPO(PPO):
         if cls.centralised and "critic" not in spec.obs_groups:
             raise ValueError(f"--algo mappo's critic reads the world's critic observation group, and "
                              f"{type(env).__name__} has none: use --algo ippo")
+        if setup.memory_size and (cls.centralised or not config.share_params):
+            raise ValueError(f"--algo {cls.name}{'' if config.share_params else ' --no-share-params'} with --memory: "
+                             "a policy with memory is one shared network whose critic reads the agent's own "
+                             "observation (--algo ippo)")
         if config.share_params:
             policy = policy_for_env(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
-                                    setup.init_log_std)
+                                    setup.init_log_std, memory_size=setup.memory_size, lstm=setup.lstm)
         else:
             cls._check_separate(config, setup.num_steps * env.num_envs)
             policy = PerAgentActorCritic.for_spec(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
@@ -119,7 +123,12 @@ class MAPPO(PPO):
                 opponent_rng=None) -> Rollout:
         """One ``[T, N, M]`` rollout (:func:`rl_gpu.collect.agents.collect_agents`), fresh tensors each call."""
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
-        return collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic, opponent_rng=opponent_rng)
+        carried = None if episodic or not self.recurrent else self._policy_state.get(env)
+        rollout = collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic, opponent_rng=opponent_rng,
+                          policy_state=carried)
+        if self.recurrent and not episodic:
+            self._policy_state[env] = rollout.policy_state
+        return rollout
 
     def iterate(self, *args, **kwargs) -> Iteration:
         """PPO's iteration, plus the team's and each agent's returns (:data:`AGENT_METRICS`, means over the

@@ -191,9 +191,6 @@ class PPO(LearningRateSchedule):
                                  "games would be cut")
         rows = self.rows_of(env)
         if self.recurrent:
-            if env.spec.num_agents > 1:
-                raise ValueError("a policy with memory is not trained on worlds of several agents acting at once "
-                                 "yet: single-player tasks and turn-based games only")
             if rows % self.config.num_minibatches:
                 raise ValueError(f"a policy with memory learns from minibatches of whole environments: num_envs "
                                  f"{rows} is not divisible by --num-minibatches {self.config.num_minibatches}")
