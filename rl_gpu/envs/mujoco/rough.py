@@ -33,6 +33,8 @@ NUM_SCAN = len(SCAN_X) * len(SCAN_Y)
 STANDING_HEIGHT = 0.3
 """Subtracted from the trunk's height above each sample, so level ground reads about 0."""
 _LEVELS = 11  # hash stream of the levels drawn for robots that leave the top
+MAX_LEVELS = 50
+"""Most terrain levels (rows of tiles): 50 x 6 tiles of 80 x 80 points is 1.9M heights per model variant."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class Go1RoughParams(Go1VelocityParams):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        if self.terrain_levels > MAX_LEVELS:
+            raise ValueError(f"terrain_levels must be at most {MAX_LEVELS} (each level is a row of 8 m tiles in the "
+                             f"one height field every model variant holds), got {self.terrain_levels}")
         if not 0 <= self.start_spread <= 0.9:
             raise ValueError(f"start_spread must be in [0, 0.9] (m, inside the 2 m platform), got {self.start_spread}")
         if not isinstance(self.policy_heights, bool):
