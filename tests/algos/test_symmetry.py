@@ -101,6 +101,36 @@ def test_go1s_mirror_is_an_involution_and_mirrors_what_it_observes():
                                                                         if k != "num_threads"}).spec.mirror is None
 
 
+def test_go1_rough_mirrors_its_height_samples_on_a_symmetric_tile():
+    """A pyramid slope is symmetric about its tile's centre line: a robot reflected across it sees the mirrored
+    height samples (critic group, and the observation with policy_heights)."""
+    from rl_gpu.envs.mujoco.rough import Go1RoughEnv
+
+    env = Go1RoughEnv(6, seed=0, policy_heights=True, terrain_levels=4, **QUIET)
+    mirror = env.spec.mirror
+    check_mirror(mirror, 48 + 63, 12, 7 + 63)
+    inner = _random_inner(env, 6)
+    g = torch.Generator().manual_seed(5)
+    column = float(env.grid.kinds.index("slope_up"))
+    centre = env.tile_centre(torch.full((6,), 3.0), torch.full((6,), column))
+    qpos = env.qpos(inner).clone()
+    # On one face of the pyramid (|dy| > |dx| under every sample, inside the tile): the surface there is one plane,
+    # which the height field's triangles reproduce on both sides of the line alike.
+    u = torch.rand(6, 2, generator=g, dtype=torch.float64)
+    side = torch.where(torch.rand(6, generator=g) < 0.5, -1.0, 1.0).double()
+    qpos[:, :2] = centre + torch.stack((0.6 * u[:, 0] - 0.3, side * (2.4 + 0.4 * u[:, 1])), dim=1)
+    qpos[:, 2] = env.ground_height(qpos[:, :2]) + 0.3
+    inner = inner._replace(physics=env.layout.pack(qpos, env.qvel(inner)))
+    reflected = _mirror_state(env, inner)
+    physics = reflected.physics.clone()
+    physics[:, env.layout.qpos.start + 1] += 2 * centre[:, 1]  # reflected across the tile's centre line, y = c
+    reflected = reflected._replace(physics=physics)
+    for observe, index, sign in ((env._observe, mirror.obs_index, mirror.obs_sign),
+                                 (env._observe_critic, mirror.critic_index, mirror.critic_sign)):
+        torch.testing.assert_close(observe(reflected), mirrored(observe(inner), index, sign), atol=1e-5, rtol=1e-5)
+    assert float(env.height_scan(inner).std()) > 0.05  # the samples see the slope, not flat ground
+
+
 def _ppo(device="cpu", compile="off", **config):
     env = Go1VelocityEnv(4, seed=1, device=device, **QUIET)
     torch.manual_seed(0)

@@ -20,8 +20,9 @@ import mujoco
 import torch
 from torch import Tensor
 
+from rl_gpu.core.types import Mirror
 from rl_gpu.envs.mujoco.base import MjInner
-from rl_gpu.envs.mujoco.quadruped import Go1VelocityEnv, Go1VelocityParams
+from rl_gpu.envs.mujoco.quadruped import Go1VelocityEnv, Go1VelocityParams, go1_mirror
 from rl_gpu.envs.mujoco.terrain import KINDS, TerrainGrid, generate_terrain, next_levels, sample_heights
 from rl_gpu.envs.params import build_params
 from rl_gpu.envs.random_draws import hash_uniform
@@ -35,6 +36,20 @@ STANDING_HEIGHT = 0.3
 _LEVELS = 11  # hash stream of the levels drawn for robots that leave the top
 MAX_LEVELS = 50
 """Most terrain levels (rows of tiles): 50 x 6 tiles of 80 x 80 points is 1.9M heights per model variant."""
+
+
+def rough_mirror(policy_heights: bool) -> Mirror:
+    """Go1's left-right symmetry (:func:`~rl_gpu.envs.mujoco.quadruped.go1_mirror`) with the height samples'
+    grid reflected (y -> -y: column j of the 9 x 7 grid swaps with column 6 - j; heights keep their sign), in the
+    critic group and, with ``policy_heights``, in the observation."""
+    base = go1_mirror()
+    columns = len(SCAN_Y)
+    scan = tuple(i * columns + (columns - 1 - j) for i in range(len(SCAN_X)) for j in range(columns))
+    heights_obs = (tuple(48 + k for k in scan), (1.0,) * NUM_SCAN) if policy_heights else ((), ())
+    return Mirror(obs_index=base.obs_index + heights_obs[0], obs_sign=base.obs_sign + heights_obs[1],
+                  action_index=base.action_index, action_sign=base.action_sign,
+                  critic_index=base.critic_index + tuple(7 + k for k in scan),
+                  critic_sign=base.critic_sign + (1.0,) * NUM_SCAN)
 
 
 @dataclass(frozen=True)
@@ -78,7 +93,6 @@ class Go1RoughEnv(Go1VelocityEnv):
 
     params_type = Go1RoughParams
     critic_obs_shape = (7 + NUM_SCAN,)
-    mirror = None  # the height samples would need their own reflection; --symmetry is refused here
     task_size = 29
     LEVEL, KIND, ORIGIN = 25, 26, slice(27, 29)
     """Columns of ``inner.task`` after Go1's: the tile's level and kind, and where the episode started (x, y)."""
@@ -90,6 +104,8 @@ class Go1RoughEnv(Go1VelocityEnv):
         self.grid = TerrainGrid(levels=own.terrain_levels, kinds=KINDS)
         self.terrain_seed = own.terrain_seed
         self.obs_shape = (48 + NUM_SCAN,) if own.policy_heights else (48,)
+        if type(self).mirror is not None:  # (an observation wrapper's class drops it: another layout)
+            self.mirror = rough_mirror(own.policy_heights)
         super().__init__(num_envs, device, seed, **kwargs)
         self.field = self.field.to(self.device)
         xs, ys = torch.meshgrid(torch.tensor(SCAN_X, dtype=torch.float64), torch.tensor(SCAN_Y, dtype=torch.float64),
