@@ -20,7 +20,7 @@ start.
 Observation ``[N, 30]`` float32: OpenSpiel's ``information_state_tensor`` of the seat to act, so that a policy
 over it is a tabular policy of OpenSpiel's game, information state for information state::
 
-    [0:2]   seat to act, one-hot
+    [0:2]   the observing seat, one-hot (the seat to act here; ``_observe_seat`` observes any seat)
     [2:8]   its private card, one-hot
     [8:14]  the public card, one-hot (zeros in round 1)
     [14:22] round 1 betting: 4 slots of 2 bits, call = (1, 0), raise = (0, 1), fold and empty = (0, 0)

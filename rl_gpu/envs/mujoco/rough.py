@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-import mujoco
 import torch
 from torch import Tensor
 
@@ -115,6 +114,8 @@ class Go1RoughEnv(Go1VelocityEnv):
         self._carried = torch.zeros(num_envs, dtype=torch.long, device=self.device)
 
     def _compile_model(self):
+        import mujoco  # (the optional extra; MujocoEnv checked it is installed)
+
         field = generate_terrain(self.grid, self.terrain_seed)
         self.field = torch.from_numpy(field)
         spec = mujoco.MjSpec.from_file(self.model_path())
