@@ -260,21 +260,28 @@ class PandaPickCubeEnv(MujocoEnv):
         upright = torch.eye(3, dtype=box.dtype, device=box.device).flatten()[:6]
         rot_err = (upright - quat_to_matrix(qpos[:, BOX_QUAT]).flatten(1)[:, :6]).norm(dim=1)
         pos_err = (self.target(after) - box).norm(dim=1)
-        last = before.task[:, self.STEP] + 1 >= self.max_episode_steps
         finite = torch.isfinite(after.physics).all(dim=1)
         terminated = (box.abs() > 1.0).any(dim=1) | (box[:, 2] < 0.0) | ~finite
         terms = {
             "gripper_box": p.gripper_box * (1 - torch.tanh(5 * to_box)),
             "box_target": p.box_target * self._reached * (1 - torch.tanh(5 * (0.9 * pos_err + 0.1 * rot_err))),
-            "no_floor_collision": p.no_floor_collision * (~self.floor_contact(after)).double(),
-            "robot_target_qpos": p.robot_target_qpos * (1 - torch.tanh((qpos[:, ARM] - self.home_qpos[ARM])
-                                                                      .norm(dim=1))),
-            "success": (last & ~terminated & self.succeeded(after)).double(),
+            **self._arm_terms(before, after, terminated),
         }
         return {k: torch.nan_to_num(v) for k, v in terms.items()}, terminated
 
+    def _arm_terms(self, before: MjInner, after: MjInner, terminated: Tensor) -> dict[str, Tensor]:
+        """The terms every arm task shares: no floor contact, the arm near its home pose, and ``success`` at an
+        episode's last step."""
+        p = self.params
+        last = before.task[:, self.STEP] + 1 >= self.max_episode_steps
+        posture = (self.qpos(after)[:, ARM] - self.home_qpos[ARM]).norm(dim=1)
+        return {"no_floor_collision": p.no_floor_collision * (~self.floor_contact(after)).double(),
+                "robot_target_qpos": p.robot_target_qpos * (1 - torch.tanh(posture)),
+                "success": (last & ~terminated & self.succeeded(after)).double()}
+
     def _total_reward(self, terms: Tensor) -> Tensor:
-        return terms[:, :4].sum(dim=1)  # success is a measure, not a reward
+        paid = [i for i, name in enumerate(self.reward_terms) if name != "success"]  # success is a measure
+        return terms[:, paid].sum(dim=1)
 
 
 @dataclass(frozen=True)
@@ -345,20 +352,9 @@ class PandaReachEnv(PandaPickCubeEnv):
                           self.target(inner) - gripper, servo), dim=1).float()
 
     def _rewards(self, before: MjInner, after: MjInner, action: Tensor) -> tuple[dict[str, Tensor], Tensor]:
-        p = self.params
-        qpos = self.qpos(after)
         self._reached = before.task[:, self.REACHED]
         distance = (self.target(after) - self.gripper_position(after)).norm(dim=1)
-        last = before.task[:, self.STEP] + 1 >= self.max_episode_steps
         terminated = ~torch.isfinite(after.physics).all(dim=1)
-        terms = {
-            "reach": p.reach * (1 - torch.tanh(5 * distance)),
-            "no_floor_collision": p.no_floor_collision * (~self.floor_contact(after)).double(),
-            "robot_target_qpos": p.robot_target_qpos * (1 - torch.tanh((qpos[:, ARM] - self.home_qpos[ARM])
-                                                                      .norm(dim=1))),
-            "success": (last & ~terminated & self.succeeded(after)).double(),
-        }
+        terms = {"reach": self.params.reach * (1 - torch.tanh(5 * distance)),
+                 **self._arm_terms(before, after, terminated)}
         return {k: torch.nan_to_num(v) for k, v in terms.items()}, terminated
-
-    def _total_reward(self, terms: Tensor) -> Tensor:
-        return terms[:, :3].sum(dim=1)  # success is a measure, not a reward
