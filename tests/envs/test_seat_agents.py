@@ -116,3 +116,37 @@ def test_self_play_on_the_view_lowers_roulette_exploitability(tmp_path):
                        total_timesteps=700_000, quiet=True)
     best = json.loads((tmp_path / "seed-11" / "summary.json").read_text())["exploitability"]
     assert best["best"] < 0.05, (run, best)
+
+
+def test_ippo_with_memory_on_the_seats_resumes_exactly(tmp_path):
+    """A paused run of one network with memory over the seats, resumed, ends as the run never paused: the agents'
+    states travel in the checkpoint."""
+    import dataclasses
+
+    from rl_gpu.cli.presets import preset_config
+    from rl_gpu.runtime.checkpoint import load_checkpoint
+    from rl_gpu.training.runner import VOLATILE_METRICS, resume, train
+
+    def config(out):
+        return dataclasses.replace(preset_config(seats("RussianRoulette-v0"), algo="ippo"), device="cpu", seeds=(5,),
+                                   memory="gru", memory_size=8, num_envs=16, num_steps=8, total_timesteps=384,
+                                   eval_every=2, eval_episodes=32, final_eval_episodes=32, checkpoint_every=1,
+                                   output=out, overwrite=True)
+
+    def metrics(run):
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in VOLATILE_METRICS} for r in records]
+
+    quiet = lambda line: None  # noqa: E731
+    (full,) = train(config(tmp_path / "a"), log=quiet)
+    (paused,) = train(config(tmp_path / "b"), log=quiet, stop_after=1)
+    assert paused.status == "paused"
+    resumed = resume(tmp_path / "b" / "seed-5", config(tmp_path / "b"), log=quiet)
+    assert resumed.status == full.status
+    a, b = tmp_path / "a" / "seed-5", tmp_path / "b" / "seed-5"
+    assert metrics(a) == metrics(b)
+    pa, pb = (load_checkpoint(run / "last.pt")["trainer"]["algorithm"] for run in (a, b))
+    for name in pa["policy"]:
+        assert torch.equal(pa["policy"][name], pb["policy"][name]), name
+    assert pa["policy_state"].shape == (16 * 2, 2, 8)  # one state per seat of every game
+    assert torch.equal(pa["policy_state"], pb["policy_state"])
