@@ -58,8 +58,24 @@ def main() -> int:
     parser.add_argument("--env", default="Go1-Velocity-v0", help="Go1-Velocity-v0 or Go1-Rough-v0 (with its id "
                         "parameters)")
     args = parser.parse_args()
+    from rl_gpu.core.errors import UsageError
+    from rl_gpu.envs.mujoco.quadruped import Go1VelocityEnv
+    from rl_gpu.envs.registry import env_class
+
+    try:
+        go1 = issubclass(env_class(args.env), Go1VelocityEnv)
+    except UsageError as e:
+        parser.exit(2, f"{parser.prog}: error: --env: {e}\n")
+    if not go1:
+        parser.exit(2, f"{parser.prog}: error: --env {args.env} is not a Go1 velocity task (Go1-Velocity-v0, "
+                       "Go1-Rough-v0)\n")
     torch.set_num_threads(1)
-    policy = rl_gpu.load(args.checkpoint)
+    from rl_gpu.runtime.checkpoint import CheckpointError
+
+    try:
+        policy = rl_gpu.load(args.checkpoint)
+    except (CheckpointError, UsageError) as e:
+        parser.exit(2, f"{parser.prog}: error: {e}\n")
     generator = torch.Generator().manual_seed(args.seed)
     policies = {
         "trained (deterministic)": lambda obs: torch.as_tensor(policy.act(obs, deterministic=True)),
