@@ -76,8 +76,8 @@ _MINATAR = {
 
 # MuJoCo Playground's PandaPickCube PPO: 2048 arms x 10 steps per update, 8 epochs of 32 minibatches, lr 1e-3,
 # gamma 0.97, entropy 0.02, normalised observations, a 20M-step budget; here 8 epochs of 16 minibatches and
-# 128-128 networks (Playground: a 4 x 32 policy, a 5 x 256 value; 256-256 with 32 minibatches ran at 0.55x the
-# steps per second on one CPU thread). Evaluated on 100 fresh randomised episodes.
+# 128-128 networks (Playground: a 4 x 32 policy, a 5 x 256 value; 256-256 networks with 32 minibatches are much
+# slower on a CPU: benchmarks/learning.md). Evaluated on 100 fresh randomised episodes.
 _PANDA = {
     "num_envs": 2048,
     "num_steps": 10,
