@@ -141,9 +141,9 @@ def evaluate_policy(
         num_envs: the largest batch to use at once.
         opponent: the other seat's player in multi-player games (default uniform random).
         deterministic: the learner plays its most probable action.
-        gather: ``gather(returns, lengths, seats, success)`` (``[E]`` each; ``success`` holds as many ones as
-            episodes that ended in the task's success, only its total is read) -> the episodes to summarise: under
-            torchrun every process's episodes together, so the result is that of all of them.
+        gather: ``gather(returns, lengths, seats, successes)`` (``[E]`` each, ``successes`` ``[R]``: each round's
+            count of episodes that ended in the task's success) -> every process's together (torchrun), so the
+            result is that of all of them.
     """
     if episodes <= 0:
         raise ValueError(f"episodes must be positive, got {episodes}")
@@ -170,8 +170,7 @@ def evaluate_policy(
             # Each row plays one episode within the horizon; a success is paid only at an episode's full length,
             # so the successes counted here are those of the rows' episodes (as many first episodes as there are).
             sums, _ = env.reward_term_totals()
-            count = int(round(float(sums["success"])))
-            success_counts.append((torch.arange(n) < count).double())
+            success_counts.append(sums["success"].detach().reshape(1).cpu())
         # Rows whose episode never ended count as draws (return 0).
         returns.append(tally.episode_return)
         lengths.append(tally.episode_length)
@@ -181,7 +180,6 @@ def evaluate_policy(
     ret = torch.cat(returns).double().cpu()
     length = torch.cat(lengths).double().cpu()
     seat = torch.cat(seats).cpu()
-    # Only the total is read: a round's count, as that many ones among its episodes.
     success = torch.cat(success_counts) if success_counts else torch.zeros(0, dtype=torch.float64)
     if gather is not None:
         ret, length, seat, success = gather(ret, length, seat, success)
@@ -199,5 +197,5 @@ def evaluate_policy(
         episodes=episodes, wins=wins, win_rate=wins / episodes, ci_low=lo, ci_high=hi,
         mean_return=float(ret.mean()), return_ci=1.959964 * std / math.sqrt(episodes),
         mean_length=float(length.mean()), seats=seat_results, seed=seed, deterministic=deterministic,
-        num_players=players, successes=int(success.sum()) if success_counts else None,
+        num_players=players, successes=int(round(float(success.sum()))) if success_counts else None,
     )

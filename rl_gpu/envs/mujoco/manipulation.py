@@ -70,20 +70,31 @@ class SerialChain:
             self.links.append((torch.tensor(model.body_pos[b], dtype=torch.float64), quat_to_matrix(rotation)[0],
                                None if joint is None else int(model.jnt_qposadr[joint]),
                                None if joint is None else skew(model.jnt_axis[joint])))
-        self.site_pos = torch.tensor(model.site_pos[site_id], dtype=torch.float64)
-        self.site_rot = quat_to_matrix(torch.tensor(model.site_quat[site_id], dtype=torch.float64)[None])[0]
+        self.site = (torch.tensor(model.site_pos[site_id], dtype=torch.float64),
+                     quat_to_matrix(torch.tensor(model.site_quat[site_id], dtype=torch.float64)[None])[0])
+        self._on: dict[torch.device, tuple] = {}
+
+    def _constants(self, device: torch.device) -> tuple:
+        """The links and the site on ``device`` (moved once per device)."""
+        if device not in self._on:
+            def move(x):  # tensors to the device; the qpos columns (ints) and missing joints (None) as they are
+                return x.to(device) if isinstance(x, Tensor) else x
+            links = [tuple(move(x) for x in link) for link in self.links]
+            self._on[device] = (links, tuple(move(x) for x in self.site))
+        return self._on[device]
 
     def __call__(self, qpos: Tensor) -> tuple[Tensor, Tensor]:
         """``([N, 3] position, [N, 3, 3] rotation)`` of the site in the world for ``[N, nq]`` float64 qpos."""
         n = qpos.shape[0]
+        links, (site_pos, site_rot) = self._constants(qpos.device)
         pos = torch.zeros(n, 3, dtype=qpos.dtype, device=qpos.device)
         rot = torch.eye(3, dtype=qpos.dtype, device=qpos.device).expand(n, 3, 3)
-        for offset, fixed, column, k in self.links:
-            pos = pos + rot @ offset.to(qpos.device)
-            rot = rot @ fixed.to(qpos.device)
+        for offset, fixed, column, k in links:
+            pos = pos + rot @ offset
+            rot = rot @ fixed
             if column is not None:
-                rot = rot @ axis_rotation(k.to(qpos.device), qpos[:, column])
-        return pos + rot @ self.site_pos.to(qpos.device), rot @ self.site_rot.to(qpos.device)
+                rot = rot @ axis_rotation(k, qpos[:, column])
+        return pos + rot @ site_pos, rot @ site_rot
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from torch import Tensor
 from rl_gpu.core.types import Mirror
 from rl_gpu.envs.mujoco.base import MjInner
 from rl_gpu.envs.mujoco.quadruped import Go1VelocityEnv, Go1VelocityParams, go1_mirror
-from rl_gpu.envs.mujoco.terrain import KINDS, TerrainGrid, generate_terrain, next_levels, sample_heights
+from rl_gpu.envs.mujoco.terrain import KINDS, TerrainGrid, generate_terrain, next_levels, sample_heights, tile_centres
 from rl_gpu.envs.params import build_params
 from rl_gpu.envs.random_draws import hash_uniform
 
@@ -106,7 +106,6 @@ class Go1RoughEnv(Go1VelocityEnv):
         if type(self).mirror is not None:  # (an observation wrapper's class drops it: another layout)
             self.mirror = rough_mirror(own.policy_heights)
         super().__init__(num_envs, device, seed, **kwargs)
-        self.field = self.field.to(self.device)
         xs, ys = torch.meshgrid(torch.tensor(SCAN_X, dtype=torch.float64), torch.tensor(SCAN_Y, dtype=torch.float64),
                                 indexing="ij")
         self.scan_points = torch.stack((xs.flatten(), ys.flatten()), dim=1).to(self.device)  # [S, 2]
@@ -155,8 +154,7 @@ class Go1RoughEnv(Go1VelocityEnv):
 
     def tile_centre(self, level: Tensor, kind: Tensor) -> Tensor:
         """``[N, 2]`` float64 world (x, y) of the centres of tiles ``(level [N], kind [N])``."""
-        return torch.stack(((level.double() + 0.5) * self.grid.tile_size, (kind.double() + 0.5) * self.grid.tile_size),
-                           dim=1)
+        return tile_centres(self.grid, level, kind)
 
     def _place(self, inner: MjInner, level: Tensor, kind: Tensor, offset: Tensor) -> MjInner:
         """``inner`` with each row's robot moved to ``offset`` (``[N, 2]``) from the centre of tile ``(level, kind)``,
@@ -170,7 +168,7 @@ class Go1RoughEnv(Go1VelocityEnv):
         return inner._replace(physics=physics, task=task)
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> MjInner:
-        self.field = self.field.to(self.device)
+        self.field = self.field.to(self.device)  # (built on the CPU with the model, before the device was known)
         inner = super()._sample_initial_state(num_envs, generator)
         p = self.params
         level = torch.randint(0, min(p.max_init_level, self.grid.levels - 1) + 1, (num_envs,), device=self.device,
