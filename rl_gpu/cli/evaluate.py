@@ -69,6 +69,9 @@ class EvaluateConfig:
     """--video: most control steps to record"""
     overwrite_video: Annotated[bool, tyro.conf.FlagCreatePairsOff] = False
     """--video: replace an existing file (refused otherwise)"""
+    env: str | None = None
+    """play this environment instead of the checkpoint's, with the same observation and actions (a text task's
+    held-out problems: Addition-v0?split=test); a registered id"""
     trust_env: str | None = None
     """the checkpoint's environment id, when it is your own 'package.module:ClassName': allows importing that
     module (which runs its code); an id read from a checkpoint is never imported otherwise"""
@@ -181,6 +184,10 @@ def _evaluate(config: EvaluateConfig) -> int:
         if not is_known(env_id):
             raise CheckpointError(f"{config.checkpoint}: made for unknown environment {env_id!r}")
         check_trusted_env(env_id, config.checkpoint, config.trust_env)
+        if config.env is not None:
+            if not is_known(config.env):
+                raise UsageError(f"--env {config.env!r}: unknown environment id")
+            env_id = config.env
 
         def make_env(n: int, seed: int):
             return make(env_id, num_envs=n, device=device, seed=seed, validate_actions=False)

@@ -32,8 +32,9 @@ class ExportConfig:
     """checkpoint file written by `rl-gpu train` (best.pt or last.pt); also taken as --checkpoint PATH"""
     output: Path
     """file to write"""
-    format: Literal["onnx", "torchscript"] | None = None
-    """model format (default: from the output's suffix, .onnx or .pt/.pth/.ts)"""
+    format: Literal["onnx", "torchscript", "hf"] | None = None
+    """model format (default: from the output's suffix, .onnx or .pt/.pth/.ts); hf: a text task's transformer
+    policy as a Hugging Face folder (GPT-2 weights and tokenizer) at the new path --output"""
     clip_actions: bool = False
     """continuous policies: clamp the action to the environment's bounds inside the model (the bounds of the
     checkpoint's env_id)"""
@@ -111,12 +112,33 @@ def agent_outputs(output: Path, num_agents: int) -> list[Path]:
     return [output.with_name(f"{output.stem}.agent{m}{output.suffix}") for m in range(num_agents)]
 
 
+def _export_hf(config: ExportConfig) -> int:
+    from rl_gpu.interop.hf import write_hf_folder
+    from rl_gpu.nn.transformer import TransformerPolicy
+
+    if config.quantize is not None or config.clip_actions:
+        raise ExportError("--format hf writes the float model as it is: without --quantize and --clip-actions")
+    policy, payload = load_policy(config.checkpoint, torch.device("cpu"))
+    env_id = payload.get("env_id")
+    if not isinstance(policy, TransformerPolicy) or not isinstance(env_id, str):
+        raise ExportError("--format hf exports the transformer policies of text tasks (--algo sft / grpo); this "
+                          f"checkpoint holds a {type(policy).__name__}")
+    env = make(env_id, num_envs=1)
+    write_hf_folder(policy, env.vocab, config.output, {"env_id": env_id, "update": payload.get("update"),
+                                                      "checkpoint": str(config.checkpoint)})
+    print(f"wrote {config.output} (hf): GPT2LMHeadModel and its tokenizer "
+          f"(transformers.AutoModelForCausalLM.from_pretrained and AutoTokenizer.from_pretrained load them)")
+    return 0
+
+
 def _export(config: ExportConfig) -> int:
     bounds: dict = {}
     report: list[str] = []
     written: list[Path] = []
     try:
         fmt = config.resolved_format()
+        if fmt == "hf":
+            return _export_hf(config)
         if config.quantize is not None and fmt != "onnx":
             raise ExportError(f"--quantize {config.quantize} applies to ONNX exports; this one is {fmt}")
         check_output(config.output, [config.checkpoint])

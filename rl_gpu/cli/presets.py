@@ -6,8 +6,8 @@ from __future__ import annotations
 from rl_gpu.algos.registry import algorithm_spec
 from rl_gpu.training.config import DEFAULT_ENV, TrainConfig
 
-__all__ = ["CUSTOM_DEFAULTS", "DEFAULT_ENV", "GYMNASIUM_DEFAULTS", "MULTI_AGENT_PRESETS", "OFF_POLICY_PRESETS",
-           "PRESETS", "describe_custom_defaults", "has_preset", "preset_config"]
+__all__ = ["CUSTOM_DEFAULTS", "DEFAULT_ENV", "GYMNASIUM_DEFAULTS", "LM_PRESETS", "MULTI_AGENT_PRESETS",
+           "OFF_POLICY_PRESETS", "PRESETS", "describe_custom_defaults", "has_preset", "preset_config"]
 
 _CLASSIC = {
     "num_steps": 128,
@@ -231,6 +231,28 @@ MULTI_AGENT_PRESETS: dict[str, dict] = {
 :data:`CUSTOM_DEFAULTS`."""
 
 
+# Language-model policies on text tasks (rl_gpu.envs.text), per algorithm: a 4-block transformer of width 128,
+# validated on the task's held-out validation problems (the same id with split=valid), greedy, by exact-match
+# accuracy; `rl-gpu evaluate --env 'ID?split=test'` measures the test problems.
+_TEXT = {"hidden_sizes": (128, 128, 128, 128), "anneal_lr": False, "min_updates": 1, "max_updates": 100_000,
+         "eval_every": 25, "eval_episodes": 1000, "final_eval_episodes": 4000, "deterministic_eval": True}
+LM_PRESETS: dict[str, dict[str, dict]] = {
+    "Addition-v0": {
+        "sft": {**_TEXT, "num_envs": 256, "learning_rate": 1e-3, "total_timesteps": 250_000},
+        "grpo": {**_TEXT, "num_envs": 512, "learning_rate": 1e-4, "total_timesteps": 500_000, "eval_every": 10,
+                 "grpo": {"group_size": 8}},
+    },
+}
+"""Defaults of ``--algo sft`` and ``--algo grpo`` per text task; validations play :func:`held_out`'s id."""
+
+
+def held_out(env_id: str) -> str:
+    """``env_id`` with ``split=valid`` among its parameters: the task's held-out validation problems."""
+    base, _, query = env_id.partition("?")
+    kept = [part for part in query.split("&") if part and not part.startswith("split=")]
+    return f"{base}?{'&'.join([*kept, 'split=valid'])}"
+
+
 def _scenario(env_id: str) -> str:
     return env_id.partition("?")[0]
 
@@ -239,7 +261,8 @@ def has_preset(env_id: str) -> bool:
     """Whether ``env_id`` (or, for ``gym:X``, ``X``; for ``vmas:X?k=v``, ``vmas:X``; for ``X?obs_mask=...``,
     ``X``) has defaults of its own in :data:`PRESETS` or :data:`MULTI_AGENT_PRESETS`."""
     base = _scenario(env_id)
-    return base in PRESETS or base.removeprefix("gym:") in PRESETS or base in MULTI_AGENT_PRESETS
+    return (base in PRESETS or base.removeprefix("gym:") in PRESETS or base in MULTI_AGENT_PRESETS
+            or base in LM_PRESETS)
 
 
 def describe_custom_defaults(env_id: str) -> str:
@@ -348,6 +371,11 @@ def preset_config(env_id: str, algo: str = "ppo", self_play: bool = False) -> Tr
     """
     spec = algorithm_spec(algo)
     params = spec.config_class()
+    text = LM_PRESETS.get(_scenario(env_id), {}).get(algo)
+    if text is not None:
+        preset = dict(text)
+        return TrainConfig(env=env_id, algo=algo, algo_params=params(**preset.pop(algo, {})),
+                           eval_env=held_out(env_id), **preset)
     if spec.agents:
         preset = dict(MULTI_AGENT_PRESETS.get(_scenario(env_id), CUSTOM_DEFAULTS))
         section = params(**preset.pop("ppo", {}))

@@ -44,6 +44,9 @@ class TrainConfig:
 
     env: str = DEFAULT_ENV
     """environment id; an unknown id is refused with the list of known ones"""
+    eval_env: str | None = None
+    """the environment validations and the final evaluation play, with --env's observation and actions (a text
+    task's held-out problems: Addition-v0?split=valid); None: --env"""
     algo: str = "ppo"
     """algorithm (rl_gpu.algos.registry); its hyper-parameters are the flags of its own section (PPO: --gamma,
     --clip-coef, ...; SAC and TD3: --gamma, --tau, --buffer-size, ...; NeuRD: --logit-threshold, --average,

@@ -28,6 +28,8 @@ def prepare(config: TrainConfig) -> torch.device:
     check_machine_limits(config)
     algorithm_spec(config.algo).check_start(config)
     check_env_id(config.env)
+    if config.eval_env is not None:
+        check_env_id(config.eval_env)
     device = resolve_device(config.device)
     torch.set_num_threads(config.threads)
     keep_freed_host_memory()
@@ -65,7 +67,24 @@ def check_env_and_memory(config: TrainConfig, device: torch.device) -> None:
         close = getattr(probe, "close", None)
         if callable(close):
             close()
+    if config.eval_env is not None:
+        check_eval_env(config, spec, device)
     check_memory(config, spec, device)
+
+
+def check_eval_env(config: TrainConfig, spec, device: torch.device) -> None:
+    """Refuse an ``--eval-env`` whose observations or actions differ from ``--env``'s (the policy plays both)."""
+    try:
+        probe = make(config.eval_env, num_envs=PROBE_ROWS, device=device, seed=0, validate_actions=False)
+    except (ImportError, EnvContractError) as e:
+        raise UsageError(f"--eval-env {config.eval_env}: {e}") from None
+    other = probe.spec
+    getattr(probe, "close", lambda: None)()
+    keys = ("obs_shape", "obs_dtypes", "num_actions", "action_shape", "num_agents", "num_players")
+    differ = [k for k in keys if getattr(other, k, None) != getattr(spec, k, None)]
+    if differ:
+        raise UsageError(f"--eval-env {config.eval_env} differs from --env {config.env} in {', '.join(differ)}: the "
+                         f"policy trained on one must play the other")
 
 
 PROBE_ROWS = 4

@@ -162,9 +162,9 @@ class Trainer(CheckpointMixin):
         self.league = League(policy, cfg.num_envs, settings, derive_seed(self.seed, "league"))
         return self.league.members
 
-    def make_env(self, num_envs: int, seed: int) -> VecEnv:
+    def make_env(self, num_envs: int, seed: int, env_id: str | None = None) -> VecEnv:
         try:
-            return make(self.config.env, num_envs=num_envs, device=self.device, seed=seed, validate_actions=False)
+            return make(env_id or self.config.env, num_envs=num_envs, device=self.device, seed=seed, validate_actions=False)
         except ImportError as e:
             raise UsageError(str(e)) from None
 
@@ -172,7 +172,7 @@ class Trainer(CheckpointMixin):
         """An evaluation that a stop signal cuts short (:class:`Stopped`): it writes nothing."""
         with self.stop.abortable():
             return evaluate_policy(
-                policy, self.make_env, ranks.split_episodes(episodes), derive_seed(self.seed, purpose, rank()),
+                policy, lambda n, seed: self.make_env(n, seed, self.config.eval_env), ranks.split_episodes(episodes), derive_seed(self.seed, purpose, rank()),
                 deterministic=self.config.deterministic_eval, gather=ranks.gather_episodes,
             )
 

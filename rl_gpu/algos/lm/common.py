@@ -1,0 +1,105 @@
+"""What the language-model algorithms share: the text environment check, the policy to start from, and
+generation of whole responses with the key-value cache.
+
+Shape legend: N rows, P prompt tokens, R response tokens, L = P + R, V tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from rl_gpu.core.errors import UsageError
+from rl_gpu.nn import distributions as D
+from rl_gpu.nn.transformer import TransformerPolicy, transformer_for_env
+
+
+def text_env(env: Any, algo: str) -> Any:
+    """``env`` when it is a text environment (:class:`~rl_gpu.envs.text.generation.TokenEnv`), else a one-line
+    :class:`UsageError`."""
+    from rl_gpu.envs.text.generation import TokenEnv
+
+    if not isinstance(env, TokenEnv):
+        raise UsageError(f"--algo {algo} trains language-model policies on text environments (rl_gpu.envs.text, "
+                         f"e.g. Addition-v0), not {type(env).__name__}")
+    return env
+
+
+def starting_policy(init: str, env: Any, hidden_sizes, algo: str) -> TransformerPolicy:
+    """The policy read from ``init`` (a checkpoint of a transformer policy on an environment of the same sizes, or
+    a Hugging Face GPT-2 folder of one: :mod:`rl_gpu.nn.gpt2`), or a fresh one sized by ``hidden_sizes``; one-line
+    :class:`UsageError` otherwise."""
+    if not init:
+        try:
+            return transformer_for_env(env.spec, hidden_sizes).to(env.device)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    from pathlib import Path
+
+    from rl_gpu.nn.gpt2 import load_gpt2
+    from rl_gpu.nn.rebuild import load_policy
+    from rl_gpu.runtime.checkpoint import CheckpointError
+
+    try:
+        if Path(init).is_dir():  # a Hugging Face folder (rl-gpu export --format hf)
+            policy = load_gpt2(init, env.prompt_length, env.device)
+        else:
+            policy, _ = load_policy(init, env.device)
+    except CheckpointError as e:
+        raise UsageError(f"--init {e}") from None
+    if not isinstance(policy, TransformerPolicy):
+        raise UsageError(f"--init {init}: --algo {algo} continues a transformer policy, the checkpoint holds a "
+                         f"{policy.config().get('kind')!r} policy")
+    sizes = (env.vocab.size, env.prompt_length, env.response_length)
+    if (policy.num_actions, policy.prompt_length, policy.response_length) != sizes:
+        raise UsageError(f"--init {init}: its policy reads {policy.num_actions} tokens, prompts of "
+                         f"{policy.prompt_length} and responses of {policy.response_length}; this environment has "
+                         f"{sizes[0]}, {sizes[1]} and {sizes[2]}")
+    return policy.train().requires_grad_(True)
+
+
+class Responses(NamedTuple):
+    """One response per row, as generated."""
+
+    tokens: Tensor
+    """``[N, L]`` int64: prompt and response."""
+    action_mask: Tensor
+    """``[N, R, V]`` bool: the legal tokens at each response position."""
+    chosen: Tensor
+    """``[N, R]`` bool: positions where the policy chose (more than one token was legal: up to the ``<eos>``)."""
+    log_prob: Tensor
+    """``[N, R]`` log-probability of each token under the sampling distribution (0 where nothing was chosen)."""
+    reward: Tensor
+    """``[N]`` the task's score of each response."""
+
+
+@torch.no_grad()
+def generate(policy: TransformerPolicy, env: Any, generator: torch.Generator | None, temperature: float = 1.0,
+             deterministic: bool = False) -> Responses:
+    """One response per row of ``env`` (every row at the start of its response), stepping the environment one
+    token at a time; the policy reads the prompt once and then only each new token (its key-value cache)."""
+    p, r = env.prompt_length, env.response_length
+    step = env.observe()
+    logits, cache = policy.start(step.obs[:, :p])
+    masks, log_probs = [], []
+    for t in range(r):
+        action, log_prob = D.categorical_act(logits / temperature, step.action_mask, generator, deterministic)
+        masks.append(step.action_mask)
+        log_probs.append(log_prob)
+        step = env.step(action)
+        if t + 1 < r:
+            logits = policy.next_logits(action, cache, p + t)
+    mask = torch.stack(masks, dim=1)
+    return Responses(step.final_obs[:, :p + r].long(), mask, mask.sum(-1) > 1, torch.stack(log_probs, dim=1),
+                     step.reward.float())
+
+
+def response_log_probs(policy: TransformerPolicy, tokens: Tensor, action_mask: Tensor, temperature: float = 1.0
+                       ) -> tuple[Tensor, Tensor]:
+    """``(log_prob [N, R], entropy [N, R])`` of the response tokens of ``tokens`` ``[N, L]`` under ``policy`` at
+    ``temperature`` with the legal tokens ``action_mask`` ``[N, R, V]``, from one causal pass (differentiable)."""
+    logits = policy.response_logits(tokens) / temperature
+    action = tokens[:, policy.prompt_length:]
+    return D.categorical_log_prob_entropy(logits, action_mask, action)

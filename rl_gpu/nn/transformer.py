@@ -1,0 +1,209 @@
+"""A small decoder-only transformer as a policy over a token buffer (:mod:`rl_gpu.envs.text.generation`), with a
+key-value cache for generation.
+
+Shape legend: B rows, T tokens in, L = P + R (prompt + response) the buffer, V the vocabulary, d the width,
+H heads, h = d / H per head, C the layers.
+
+:class:`CausalTransformer` is the model: learned token and position embeddings, C pre-norm blocks (causal
+multi-head attention, a 4d GELU MLP), a final norm. :class:`TransformerPolicy` is the ``transformer`` policy kind:
+it acts from an observation (the buffer and how many response tokens are written) by one causal pass over the
+buffer, reading the position of the newest token (positions after it cannot change that position's output), and
+it generates fast by :meth:`TransformerPolicy.start` / :meth:`TransformerPolicy.next_logits` (a key-value cache
+``[C, 2, B, H, L, h]``: each new token attends to the cached keys and values of the tokens before it, so a
+response of R tokens costs one pass over the prompt and R single-token passes). The cache is the policy's
+memory: a run of generation is one episode.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from rl_gpu.core.types import PolicyOutput
+from rl_gpu.nn import distributions as D
+from rl_gpu.nn.deploy import DeployedActor
+
+
+class _Block(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.qkv, self.out = nn.Linear(width, 3 * width), nn.Linear(width, width)
+        self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+
+    def _split(self, x: Tensor) -> Tensor:
+        """``[3, B, H, T, h]``: queries, keys and values of ``x`` ``[B, T, d]`` (indexed, not unpacked: TorchScript
+        exports it)."""
+        width = x.size(2)
+        return self.qkv(self.norm1(x)).view(x.size(0), x.size(1), 3, self.heads, width // self.heads) \
+            .permute(2, 0, 3, 1, 4)
+
+    def _finish(self, x: Tensor, attended: Tensor) -> Tensor:
+        x = x + self.out(attended.transpose(1, 2).reshape(x.size(0), x.size(1), x.size(2)))
+        return x + self.mlp(self.norm2(x))
+
+    def forward(self, x: Tensor, cache: Optional[Tensor] = None) -> Tensor:  # noqa: UP045 -- TorchScript's spelling
+        """Causal pass over ``x`` ``[B, T, d]`` from position 0; writes keys and values into ``cache`` ``[2, B, H,
+        >= T, h]`` when given."""
+        qkv = self._split(x)
+        if cache is not None:
+            cache[:, :, :, :x.size(1)] = qkv[1:]
+        return self._finish(x, F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True))
+
+    def step(self, x: Tensor, cache: Tensor, position: int) -> Tensor:
+        """One new token ``x`` ``[B, 1, d]`` at ``position``, attending to the cached positions before it."""
+        qkv = self._split(x)
+        cache[:, :, :, position] = qkv[1:, :, :, 0]
+        return self._finish(x, F.scaled_dot_product_attention(qkv[0], cache[0, :, :, :position + 1],
+                                                              cache[1, :, :, :position + 1]))
+
+
+class CausalTransformer(nn.Module):
+    """Decoder-only transformer over token ids (see the module docstring)."""
+
+    def __init__(self, vocab_size: int, max_length: int, width: int = 128, layers: int = 4, heads: int = 4) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"the width {width} must be a multiple of the heads {heads}")
+        self.max_length, self.heads = max_length, heads
+        self.embed, self.position = nn.Embedding(vocab_size, width), nn.Embedding(max_length, width)
+        self.blocks = nn.ModuleList(_Block(width, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocab_size, bias=False)
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+                if getattr(module, "bias", None) is not None:
+                    nn.init.zeros_(module.bias)
+        for block in self.blocks:  # GPT-2's scaling of the residual branches' last layers
+            for last in (block.out, block.mlp[2]):
+                nn.init.normal_(last.weight, std=0.02 / math.sqrt(2 * layers))
+
+    def forward(self, tokens: Tensor, cache: Tensor | None = None) -> Tensor:
+        """``[B, T, d]`` final hidden states of a causal pass over ``tokens`` ``[B, T]`` (filling ``cache`` ``[C, 2,
+        B, H, >= T, h]`` when given)."""
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.embed(tokens) + self.position(positions)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if cache is None else cache[i])
+        return self.norm(x)
+
+    def step(self, token: Tensor, cache: Tensor, position: int) -> Tensor:
+        """``[B, d]`` hidden state of one new token ``[B]`` at ``position`` (the cache holds the ones before)."""
+        x = self.embed(token).unsqueeze(1) + self.position.weight[position]
+        for i, block in enumerate(self.blocks):
+            x = block.step(x, cache[i], position)
+        return self.norm(x)[:, 0]
+
+    def new_cache(self, batch: int, dtype: torch.dtype | None = None) -> Tensor:
+        """An empty key-value cache ``[C, 2, B, H, L, h]`` for ``batch`` rows."""
+        width = self.embed.weight.shape[1]
+        return torch.zeros(len(self.blocks), 2, batch, self.heads, self.max_length, width // self.heads,
+                           dtype=dtype or self.embed.weight.dtype, device=self.embed.weight.device)
+
+
+class TransformerPolicy(nn.Module):
+    """The ``transformer`` policy kind over a text environment's observation ``[B, L + 1]`` (see the module
+    docstring); a value head on the newest token's hidden state serves PPO."""
+
+    is_continuous = False
+
+    def __init__(self, vocab_size: int, prompt_length: int, response_length: int, width: int = 128,
+                 layers: int = 4, heads: int = 4) -> None:
+        super().__init__()
+        self.num_actions, self.prompt_length, self.response_length = vocab_size, prompt_length, response_length
+        self.width, self.layers, self.heads = width, layers, heads
+        self.length = prompt_length + response_length
+        self.obs_dim = self.length + 1
+        self.model = CausalTransformer(vocab_size, self.length, width, layers, heads)
+        self.value_head = nn.Linear(width, 1)
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": "transformer", "vocab_size": self.num_actions, "prompt_length": self.prompt_length,
+                "response_length": self.response_length, "width": self.width, "layers": self.layers,
+                "heads": self.heads}
+
+    def _newest(self, obs: Tensor) -> Tensor:
+        """``[B, d]`` hidden state at the newest token of each row's buffer."""
+        tokens, written = obs[:, :self.length].long(), obs[:, self.length].long()
+        hidden = self.model(tokens)
+        at = (self.prompt_length + written - 1).clamp(0, self.length - 1)
+        return hidden.gather(1, at.view(-1, 1, 1).expand(-1, 1, hidden.shape[-1])).squeeze(1)
+
+    def act(self, obs: Tensor, action_mask: Tensor | None = None, generator: torch.Generator | None = None,
+            deterministic: bool = False, noise: Tensor | None = None, critic_obs: Tensor | None = None
+            ) -> PolicyOutput:
+        h = self._newest(obs)
+        action, log_prob = D.categorical_act(self.model.lm_head(h), action_mask, generator, deterministic, noise)
+        return PolicyOutput(action, log_prob, self.value_head(h).squeeze(-1))
+
+    def evaluate(self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None,
+                 critic_obs: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        h = self._newest(obs)
+        log_prob, entropy = D.categorical_log_prob_entropy(self.model.lm_head(h), action_mask, action)
+        return log_prob, entropy, self.value_head(h).squeeze(-1)
+
+    def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
+        return self.value_head(self._newest(obs)).squeeze(-1)
+
+    def update_normalizer(self, obs: Tensor, weight: Tensor | None = None, critic_obs: Tensor | None = None) -> None:
+        """Token ids are not normalised."""
+
+    def export_module(self) -> DeployedActor:
+        """The greedy next token of an observation ``[N, L + 1]`` as plain PyTorch (ONNX, TorchScript, int8)."""
+        return DeployedActor(_NewestLogits(self), self.obs_dim, num_actions=self.num_actions)
+
+    # Generation with the key-value cache, and whole responses scored at once (GRPO, SFT).
+    def start(self, prompt: Tensor) -> tuple[Tensor, Tensor]:
+        """``(logits [B, V] of the first response token, cache)`` after one pass over ``prompt`` ``[B, P]``."""
+        cache = self.model.new_cache(prompt.shape[0])
+        hidden = self.model(prompt.long(), cache)
+        return self.model.lm_head(hidden[:, -1]), cache
+
+    def next_logits(self, token: Tensor, cache: Tensor, position: int) -> Tensor:
+        """``[B, V]`` logits of the token after ``token`` ``[B]``, written at buffer ``position``."""
+        return self.model.lm_head(self.model.step(token.long(), cache, position))
+
+    def response_logits(self, tokens: Tensor) -> Tensor:
+        """``[B, R, V]``: at each response position, the logits that chose its token, from one causal pass over
+        the whole buffer ``tokens`` ``[B, L]``."""
+        hidden = self.model(tokens.long()[:, :-1])
+        return self.model.lm_head(hidden[:, self.prompt_length - 1:])
+
+
+class _NewestLogits(nn.Module):
+    """``[N, V]`` logits of the newest token from an observation given as floats (a deployed actor's input)."""
+
+    def __init__(self, policy: TransformerPolicy) -> None:
+        super().__init__()
+        self.model, self.prompt_length, self.length = policy.model, policy.prompt_length, policy.length
+
+    def forward(self, obs: Tensor) -> Tensor:
+        tokens, written = obs[:, :self.length].round().long(), obs[:, self.length].round().long()
+        x = self.model.embed(tokens) + self.model.position.weight[:self.length]
+        for block in self.model.blocks:
+            x = block(x)
+        at = (self.prompt_length + written - 1).clamp(0, self.length - 1)
+        newest = self.model.norm(x).gather(1, at.view(-1, 1, 1).expand(-1, 1, x.size(2))).squeeze(1)
+        return self.model.lm_head(newest)
+
+
+def transformer_for_env(spec: Any, hidden_sizes, normalize_obs: bool = False, init_log_std: float = 0.0
+                        ) -> TransformerPolicy:
+    """``--policy transformer`` on a text environment: one block per entry of ``hidden_sizes``, all the same width
+    (the model's d), one head per 32 units of it."""
+    sizes = list(hidden_sizes)
+    if not sizes or len(set(sizes)) != 1 or sizes[0] % 32:
+        raise ValueError(f"--policy transformer takes --hidden-sizes as one width per block, every one the same "
+                         f"multiple of 32 (e.g. 128 128 128 128), got {sizes}")
+    horizon = spec.episode_horizon
+    if len(spec.obs_shape) != 1 or horizon is None or spec.num_actions < 2 or spec.obs_shape[0] <= horizon + 1:
+        raise ValueError("--policy transformer acts on text environments (a token buffer and its count: "
+                         "rl_gpu.envs.text), e.g. Addition-v0")
+    return TransformerPolicy(spec.num_actions, spec.obs_shape[0] - 1 - horizon, horizon, sizes[0], len(sizes),
+                             sizes[0] // 32)

@@ -1,0 +1,235 @@
+"""Language models as policies: the transformer's key-value cache, GRPO's and RLOO's maths against hand-computed
+values, generation's log-probabilities against the update's, what a batch of equal rewards teaches (nothing),
+supervised warm start, exact resume, and the command line from SFT to GRPO to a held-out evaluation."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+from rl_gpu.algos.base import Setup
+from rl_gpu.algos.lm.common import generate, response_log_probs
+from rl_gpu.algos.lm.config import GRPOConfig, SFTConfig
+from rl_gpu.algos.lm.grpo import GRPO
+from rl_gpu.algos.lm.losses import clipped_token_loss, group_advantages, kl_k3, reduce_tokens
+from rl_gpu.algos.lm.sft import SFT, answer_masks
+from rl_gpu.envs.registry import make
+from rl_gpu.envs.text.vocab import EOS, PAD
+from rl_gpu.nn.kinds import build_policy
+from rl_gpu.nn.transformer import TransformerPolicy
+
+SMALL = (32, 32)
+
+
+def _setup(n=16, env_id="Addition-v0?digits=1", **kw):
+    return Setup(env=make(env_id, num_envs=n, seed=1), seed=2, learning_rate=kw.pop("lr", 1e-3),
+                 hidden_sizes=kw.pop("hidden_sizes", SMALL), **kw)
+
+
+def test_group_advantages_by_hand():
+    reward = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    std = math.sqrt(1 / 3)  # unbiased std of (1, 0, 0, 1)
+    grpo = group_advantages(reward, 4)
+    assert torch.allclose(grpo, torch.tensor([0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0]) / torch.tensor(
+        [std + 1e-4] * 4 + [1.0] * 4))
+    assert torch.equal(group_advantages(reward, 4, scale=False), torch.tensor([0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0]))
+    # RLOO: 1 - mean(0, 0, 1) = 2/3; 0 - mean(0, 1, 1) = -2/3
+    rloo = group_advantages(reward, 4, leave_one_out=True)
+    assert torch.allclose(rloo, torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3, 0, 0, 0, 0]))
+
+
+def test_token_losses_by_hand():
+    new, old = torch.log(torch.tensor([[0.6, 0.25, 0.6]])), torch.log(torch.tensor([[0.4, 0.5, 0.4]]))
+    loss, clipped = clipped_token_loss(new, old, torch.tensor([1.0]), 0.2)
+    # ratios 1.5, 0.5, 1.5 with A = 1: -min(1.5, 1.2) = -1.2 (clipped), -min(0.5, 0.8) = -0.5
+    assert torch.allclose(loss, torch.tensor([[-1.2, -0.5, -1.2]])) and clipped.tolist() == [[True, False, True]]
+    loss, clipped = clipped_token_loss(new, old, torch.tensor([-1.0]), 0.2)
+    # A = -1: -min(-1.5, -1.2) = 1.5 (not clipped), -min(-0.5, -0.8) = 0.8 (clipped)
+    assert torch.allclose(loss, torch.tensor([[1.5, 0.8, 1.5]])) and clipped.tolist() == [[False, True, False]]
+    kl = kl_k3(torch.tensor([-1.0, -2.0]), torch.tensor([-2.0, -2.0]))
+    assert torch.allclose(kl, torch.tensor([math.exp(-1) + 1 - 1, 0.0]))
+    per_token = torch.tensor([[1.0, 2.0, 3.0], [4.0, 9.0, 9.0]])
+    chosen = torch.tensor([[True, True, True], [True, False, False]])
+    assert float(reduce_tokens(per_token, chosen, "token")) == pytest.approx(10 / 4)
+    assert float(reduce_tokens(per_token, chosen, "sequence")) == pytest.approx((2 + 4) / 2)
+    assert float(reduce_tokens(per_token, chosen, "constant")) == pytest.approx(10 / 6)
+
+
+def test_the_cache_gives_the_full_passes_logits_and_the_kind_rebuilds():
+    torch.manual_seed(0)
+    env = make("Addition-v0", num_envs=6, seed=1)
+    policy = TransformerPolicy(14, 8, 5, 64, 2, 2).eval()
+    step = env.observe()
+    with torch.no_grad():
+        logits, cache = policy.start(step.obs[:, :8])
+        for t in range(5):
+            full = policy.act(step.obs, step.action_mask, deterministic=True)
+            assert torch.allclose(torch.log_softmax(logits.masked_fill(~step.action_mask, -1e9), -1).gather(
+                1, full.action[:, None])[:, 0], full.log_prob, atol=1e-5)
+            step = env.step(full.action)
+            if t < 4:
+                logits = policy.next_logits(full.action, cache, 8 + t)
+    twin = build_policy(policy.config())
+    twin.load_state_dict(policy.state_dict())
+    obs = env.observe().obs
+    assert torch.equal(twin.act(obs, deterministic=True).action, policy.act(obs, deterministic=True).action)
+
+
+def test_generation_and_the_update_agree_on_every_log_probability():
+    algo = GRPO.from_setup(_setup(n=16), GRPOConfig(group_size=4, temperature=0.7))
+    algo.env.group(4)
+    responses = generate(algo.policy, algo.env, algo.sample_rng, temperature=0.7)
+    log_prob, _ = response_log_probs(algo.policy, responses.tokens, responses.action_mask, temperature=0.7)
+    assert torch.allclose(log_prob, responses.log_prob, atol=1e-5)  # the first epoch's ratios are 1
+    after_eos = ~responses.chosen
+    assert log_prob[after_eos].abs().max() < 1e-6 if after_eos.any() else True
+    assert responses.tokens[:, 4:].tolist() != [[0] * 3] * 16
+
+
+def test_groups_of_equal_rewards_teach_nothing():
+    # Without the KL term (whose gradient at the reference is float noise, which Adam would scale up).
+    algo = GRPO.from_setup(_setup(n=16), GRPOConfig(group_size=4, kl_coef=0.0))
+    before = copy.deepcopy(algo.policy.state_dict())
+    algo.env.group(4)
+    responses = generate(algo.policy, algo.env, algo.sample_rng)
+    stats = algo.update(responses._replace(reward=torch.ones(16)))
+    assert float(stats["mixed_groups"]) == 0.0 and float(stats["grad_norm"]) == 0.0
+    assert all(torch.equal(before[k], v) for k, v in algo.policy.state_dict().items())
+
+
+def test_sft_learns_the_answers_and_masks_after_eos():
+    mask, chosen = answer_masks(torch.tensor([[3, EOS, PAD], [4, 5, EOS]]), 14)
+    assert chosen.tolist() == [[True, True, False], [True, True, True]]
+    assert mask[0, 2].tolist() == [i == PAD for i in range(14)] and not mask[1, 2, PAD]
+    algo = SFT.from_setup(_setup(n=64, lr=3e-3), SFTConfig())
+    first = float(algo.iterate()["loss"])
+    for _ in range(40):
+        last = algo.iterate()
+    assert float(last["loss"]) < 0.6 * first and float(last["token_accuracy"]) > 0.5
+
+
+def test_grpo_resumes_exactly():
+    def build():
+        return GRPO.from_setup(_setup(n=16), GRPOConfig(group_size=4, update_epochs=2, num_minibatches=2))
+
+    algo = build()
+    algo.iterate()
+    saved, env_state = copy.deepcopy(algo.state_dict()), copy.deepcopy(algo.env.state_dict())
+    twin = build()
+    twin.load_state_dict(saved)
+    twin.env.load_state_dict(env_state)
+    a, b = algo.iterate(), twin.iterate()
+    assert all(float(a[k]) == float(b[k]) for k in ("loss", "kl", "episode_return"))
+    assert all(torch.equal(v, twin.policy.state_dict()[k]) for k, v in algo.policy.state_dict().items())
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--env", "CartPole-v1"], "text environments"),
+    (["--group-size", "3"], "must divide"),
+    (["--init", "nothing.pt"], "--init"),
+    (["--num-steps", "7"], "--num-steps"),
+    (["--eval-env", "Addition-v0?digits=2"], "differs from --env"),
+])
+def test_what_grpo_cannot_train_is_refused_in_one_line(tmp_path, call_main, flags, needle):
+    from rl_gpu.cli.train import main as train
+
+    args = {"--env": "Addition-v0", "--num-envs": "16"}
+    pairs = dict(zip(flags[::2], flags[1::2]))
+    if pairs.get("--init") == "nothing.pt":
+        pairs["--init"] = str(tmp_path / "nothing.pt")
+    args.update(pairs)
+    code, _, err = call_main(train, "--algo", "grpo", *[x for kv in args.items() for x in kv], "--max-updates", "1",
+                             "--min-updates", "1", "--device", "cpu", "--output", tmp_path / "never")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+    assert not (tmp_path / "never").exists()
+
+
+def test_from_the_command_line_sft_then_grpo_then_held_out_evaluation(tmp_path, call_main):
+    from rl_gpu.cli.evaluate import main as evaluate
+    from rl_gpu.cli.train import main as train
+
+    small = ["--hidden-sizes", "32", "32", "--eval-episodes", "16", "--final-eval-episodes", "16", "--device", "cpu",
+             "--quiet"]
+    code, _, err = call_main(train, "--env", "Addition-v0?digits=1", "--algo", "sft", "--num-envs", "32",
+                             "--max-updates", "3", "--eval-every", "3", "--output", tmp_path / "sft", *small)
+    assert code == 0, err
+    sft = tmp_path / "sft" / "seed-11" / "best.pt"
+    code, _, err = call_main(train, "--env", "Addition-v0?digits=1", "--algo", "grpo", "--init", sft,
+                             "--num-envs", "32", "--group-size", "4", "--max-updates", "2", "--eval-every", "1",
+                             "--output", tmp_path / "grpo", *small)
+    assert code == 0, err
+    saved = json.loads((tmp_path / "grpo" / "seed-11" / "config.json").read_text())
+    assert saved["eval_env"] == "Addition-v0?digits=1&split=valid"
+    rows = [json.loads(line) for line in (tmp_path / "grpo" / "seed-11" / "metrics.jsonl").read_text().splitlines()]
+    assert any("kl" in r and "mixed_groups" in r for r in rows)
+    code, text, err = call_main(evaluate, tmp_path / "grpo" / "seed-11" / "best.pt", "--env",
+                                "Addition-v0?digits=1&split=test", "--episodes", "32", "--device", "cpu")
+    assert code == 0 and "Addition-v0?digits=1&split=test" in text and "mean return" in text, err
+    code, _, err = call_main(evaluate, tmp_path / "grpo" / "seed-11" / "best.pt", "--env", "CartPole-v1",
+                             "--device", "cpu")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+
+
+def _trained_checkpoint(tmp_path, call_main):
+    from rl_gpu.cli.train import main as train
+
+    code, _, err = call_main(train, "--env", "Addition-v0?digits=1", "--algo", "sft", "--num-envs", "32",
+                             "--max-updates", "2", "--eval-every", "2", "--hidden-sizes", "32", "32",
+                             "--eval-episodes", "8", "--final-eval-episodes", "8", "--device", "cpu", "--quiet",
+                             "--output", tmp_path / "sft")
+    assert code == 0, err
+    return tmp_path / "sft" / "seed-11" / "best.pt"
+
+
+def test_onnx_export_generates_the_policys_responses(tmp_path, call_main):
+    import onnxruntime as ort
+
+    from rl_gpu.cli.export import main as export
+    from rl_gpu.interop.policy_io import load_policy
+
+    checkpoint = _trained_checkpoint(tmp_path, call_main)
+    code, _, err = call_main(export, checkpoint, "--output", tmp_path / "policy.onnx")
+    assert code == 0, err
+    policy, _ = load_policy(checkpoint, torch.device("cpu"))
+    session = ort.InferenceSession(str(tmp_path / "policy.onnx"))
+    env = make("Addition-v0?digits=1&split=test", num_envs=32, seed=4)
+    step = env.observe()
+    for _ in range(3):
+        ours = policy.act(step.obs, step.action_mask, deterministic=True).action
+        theirs = session.run(None, {"obs": step.obs.float().numpy(), "action_mask": step.action_mask.numpy()})[0]
+        assert ours.tolist() == theirs.tolist()
+        step = env.step(ours)
+
+
+def test_a_hugging_face_folder_computes_the_same_logits_and_reads_back(tmp_path, call_main):
+    transformers = pytest.importorskip("transformers")
+    from rl_gpu.cli.export import main as export
+    from rl_gpu.interop.policy_io import load_policy
+    from rl_gpu.nn.gpt2 import load_gpt2
+
+    checkpoint = _trained_checkpoint(tmp_path, call_main)
+    folder = tmp_path / "hf"
+    code, text, err = call_main(export, checkpoint, "--format", "hf", "--output", folder)
+    assert code == 0 and "GPT2LMHeadModel" in text, err
+    code, _, err = call_main(export, checkpoint, "--format", "hf", "--output", folder)
+    assert code == 2 and "already exists" in err and len(err.strip().splitlines()) == 1
+    policy, _ = load_policy(checkpoint, torch.device("cpu"))
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = tokenizer(["3+4=", "9+9="], add_special_tokens=False, return_tensors="pt").input_ids
+    env = make("Addition-v0?digits=1", num_envs=2)
+    assert ids.tolist() == env.prompt(torch.tensor([[3, 4], [9, 9]])).tolist()
+    assert tokenizer.decode([4, 5, 1]) == "23<eos>"
+    tokens = torch.randint(2, 14, (4, 7))
+    with torch.no_grad():
+        ours = policy.model.lm_head(policy.model(tokens))
+        assert torch.allclose(model(tokens).logits, ours, atol=1e-5)
+        back = load_gpt2(folder, 4)
+        assert torch.allclose(back.model.lm_head(back.model(tokens)), ours, atol=1e-6)
+    # --init reads the folder: GRPO starts from the exported model.
+    algo = GRPO.from_setup(_setup(n=8), GRPOConfig(group_size=4, init=str(folder)))
+    assert torch.equal(algo.policy.model.embed.weight, policy.model.embed.weight)
