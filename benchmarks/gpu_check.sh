@@ -11,7 +11,9 @@
 #      (gpu_check_offpolicy.py); the policy layer (CNN on MinAtar frames in three modes, the host collector's
 #      compiled policy half: gpu_check_policies.py; PPO with a GRU eager vs graph-captured: its memory stage); bf16 and fp16 against fp32 for PPO's update
 #      (precision.py at 4096 envs); MAPPO on vmas:navigation at N=32768 worlds (gpu_check_mappo.py; skipped
-#      without VMAS); data-parallel PPO under torchrun (distributed_throughput.py); MuJoCo Warp when installed.
+#      without VMAS); GRPO's generation tokens/s, update time and peak memory for a 256x6 transformer at 4096 rows
+#      (llm/grpo_throughput.py); data-parallel PPO under torchrun (distributed_throughput.py); MuJoCo Warp when
+#      installed.
 # Prints one table at the end (stage, exit, seconds, its last line); each stage's output is in $OUT/<stage>.txt.
 #
 #   bash benchmarks/gpu_check.sh            # from the repository root; OUT=... to choose the folder
@@ -63,11 +65,12 @@ stage policies 90 "$PY" benchmarks/gpu_check_policies.py --device cuda --calls 2
     --rows cnn breakout breakout-bf16 breakout-fp16 host --output "$OUT/policies.json"
 stage memory 35 "$PY" benchmarks/gpu_check_policies.py --device cuda --calls 2 --rounds 2 --rows gru \
     --output "$OUT/memory.json"
-stage precision 25 "$PY" benchmarks/precision.py --device cuda --num-envs 4096 --rounds 3 --precisions bf16 fp16
+stage precision 20 "$PY" benchmarks/precision.py --device cuda --num-envs 4096 --rounds 3 --precisions bf16 fp16
 if "$PY" -c "import vmas" 2>/dev/null; then
-    stage mappo_vmas 60 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 32768 --num-steps 32 \
+    stage mappo_vmas 55 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 32768 --num-steps 32 \
         --iterations 2 --rounds 2 --output "$OUT/mappo_vmas.json"
 fi
+stage grpo 10 "$PY" benchmarks/llm/grpo_throughput.py --device cuda --num-envs 4096 --sizes 256x6 --iterations 3
 stage distributed 45 "$PY" benchmarks/distributed_throughput.py --device cuda --num-envs 16384 --num-steps 32 \
     --iterations 5 --output "$OUT/distributed.json"
 if "$PY" -c "import mujoco_warp" 2>/dev/null; then
