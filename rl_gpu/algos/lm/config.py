@@ -22,7 +22,8 @@ class SFTConfig:
     iteration draws --num-envs problems of the training split; --learning-rate is Adam's rate."""
 
     init: str = ""
-    """a checkpoint (RUN/seed-N/best.pt) of a transformer policy on this task to continue from ('': a fresh one)"""
+    """a checkpoint (RUN/seed-N/best.pt) of a transformer policy on this task, or a Hugging Face GPT-2 folder of one,
+    to continue from ('': a fresh one)"""
     max_grad_norm: float = 1.0
     """the gradient is clipped to this global norm"""
 
@@ -41,8 +42,9 @@ class GRPOConfig:
     """G, responses to each prompt (consecutive rows); --num-envs / G prompts per iteration"""
 
     init: str = ""
-    """a checkpoint (RUN/seed-N/best.pt) of a transformer policy on this task (an --algo sft run) to start from;
-    it is also the KL reference ('': a fresh policy, its own reference)"""
+    """a checkpoint (RUN/seed-N/best.pt) of a transformer policy on this task (an --algo sft run), or a Hugging
+    Face GPT-2 folder of one (rl-gpu export --format hf), to start from; it is also the KL reference ('': a fresh
+    policy, its own reference)"""
     advantage: Literal["grpo", "rloo"] = "grpo"
     """grpo: reward minus the group's mean (over its std with scale_rewards); rloo: reward minus the mean of the
     group's other responses (REINFORCE leave-one-out)"""
