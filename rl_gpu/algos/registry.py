@@ -304,6 +304,10 @@ register_algorithm(AlgorithmSpec(
             "to its prompt",
     torchrun=False, compile_modes=("off",), ignores=("normalize_obs", "init_log_std")))
 register_algorithm(AlgorithmSpec(
+    name="rlhf_ppo", config="rl_gpu.algos.lm.config:RLHFPPOConfig", factory="rl_gpu.algos.lm.rlhf_ppo:RLHFPPO",
+    summary="RLHF's PPO: a language-model policy, a per-token KL penalty to its start, GAE over tokens, a value head",
+    torchrun=False, compile_modes=("off",), ignores=("normalize_obs", "init_log_std")))
+register_algorithm(AlgorithmSpec(
     name="appo", config="rl_gpu.algos.vtrace.config:APPOConfig", factory="rl_gpu.algos.vtrace.algorithm:APPO",
     summary="PPO's clipped objective on V-trace advantages and targets (single-agent tasks)",
     compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, preset_of="ppo", asynchronous=True,

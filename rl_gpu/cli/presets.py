@@ -241,9 +241,10 @@ LM_PRESETS: dict[str, dict[str, dict]] = {
         "sft": {**_TEXT, "num_envs": 256, "learning_rate": 1e-3, "total_timesteps": 250_000},
         "grpo": {**_TEXT, "num_envs": 512, "learning_rate": 1e-4, "total_timesteps": 500_000, "eval_every": 10,
                  "grpo": {"group_size": 8}},
+        "rlhf_ppo": {**_TEXT, "num_envs": 512, "learning_rate": 1e-4, "total_timesteps": 500_000, "eval_every": 10},
     },
 }
-"""Defaults of ``--algo sft`` and ``--algo grpo`` per text task; validations play :func:`held_out`'s id."""
+"""Defaults of ``--algo sft``, ``grpo`` and ``rlhf_ppo`` per text task; validations play :func:`held_out`'s id."""
 
 
 def held_out(env_id: str) -> str:

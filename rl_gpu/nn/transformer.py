@@ -172,8 +172,13 @@ class TransformerPolicy(nn.Module):
     def response_logits(self, tokens: Tensor) -> Tensor:
         """``[B, R, V]``: at each response position, the logits that chose its token, from one causal pass over
         the whole buffer ``tokens`` ``[B, L]``."""
-        hidden = self.model(tokens.long()[:, :-1])
-        return self.model.lm_head(hidden[:, self.prompt_length - 1:])
+        return self.response_outputs(tokens)[0]
+
+    def response_outputs(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+        """``(logits [B, R, V], values [B, R])`` at each response position (the state before its token) from one
+        causal pass over ``tokens`` ``[B, L]``."""
+        hidden = self.model(tokens.long()[:, :-1])[:, self.prompt_length - 1:]
+        return self.model.lm_head(hidden), self.value_head(hidden).squeeze(-1)
 
 
 class _NewestLogits(nn.Module):

@@ -82,7 +82,7 @@ def test_the_cache_gives_the_full_passes_logits_and_the_kind_rebuilds():
 def test_generation_and_the_update_agree_on_every_log_probability():
     algo = GRPO.from_setup(_setup(n=16), GRPOConfig(group_size=4, temperature=0.7))
     algo.env.group(4)
-    responses = generate(algo.policy, algo.env, algo.sample_rng, temperature=0.7)
+    responses = generate(algo.policy, algo.env, algo.rngs["sample"], temperature=0.7)
     log_prob, _ = response_log_probs(algo.policy, responses.tokens, responses.action_mask, temperature=0.7)
     assert torch.allclose(log_prob, responses.log_prob, atol=1e-5)  # the first epoch's ratios are 1
     after_eos = ~responses.chosen
@@ -95,7 +95,7 @@ def test_groups_of_equal_rewards_teach_nothing():
     algo = GRPO.from_setup(_setup(n=16), GRPOConfig(group_size=4, kl_coef=0.0))
     before = copy.deepcopy(algo.policy.state_dict())
     algo.env.group(4)
-    responses = generate(algo.policy, algo.env, algo.sample_rng)
+    responses = generate(algo.policy, algo.env, algo.rngs["sample"])
     stats = algo.update(responses._replace(reward=torch.ones(16)))
     assert float(stats["mixed_groups"]) == 0.0 and float(stats["grad_norm"]) == 0.0
     assert all(torch.equal(before[k], v) for k, v in algo.policy.state_dict().items())
@@ -233,3 +233,37 @@ def test_a_hugging_face_folder_computes_the_same_logits_and_reads_back(tmp_path,
     # --init reads the folder: GRPO starts from the exported model.
     algo = GRPO.from_setup(_setup(n=8), GRPOConfig(group_size=4, init=str(folder)))
     assert torch.equal(algo.policy.model.embed.weight, policy.model.embed.weight)
+
+
+def test_rlhf_token_rewards_and_advantages_by_hand():
+    from rl_gpu.algos.lm.rlhf_ppo import token_rewards
+
+    chosen = torch.tensor([[True, True, False], [True, True, True]])
+    log_prob = torch.tensor([[-1.0, -2.0, 0.0], [-1.0, -1.0, -1.0]])
+    ref = torch.tensor([[-1.5, -2.0, 0.0], [-1.0, -3.0, -1.0]])
+    reward = token_rewards(torch.tensor([1.0, 0.0]), log_prob, ref, chosen, 0.1)
+    # -0.1 * (lp - ref) on chosen tokens; the score on each response's last chosen token
+    assert torch.allclose(reward, torch.tensor([[-0.05, 1.0, 0.0], [0.0, -0.2, 0.0]]))
+    from rl_gpu.algos.lm.config import RLHFPPOConfig
+    from rl_gpu.algos.lm.rlhf_ppo import RLHFPPO
+
+    def build():
+        return RLHFPPO.from_setup(_setup(n=8), RLHFPPOConfig(num_minibatches=2, update_epochs=2, gae_lambda=1.0))
+
+    algo = build()
+    responses = generate(algo.policy, algo.env, algo.rngs["sample"])
+    advantage, returns, _ = algo.advantages(responses)
+    # gamma = lambda = 1: each chosen token's return is the sum of the rewards from it to the response's end
+    _, _, value = algo._outputs(algo.reference, responses, slice(None))
+    ref_lp = response_log_probs(algo.reference, responses.tokens, responses.action_mask)[0]
+    r = token_rewards(responses.reward, responses.log_prob, ref_lp, responses.chosen, algo.config.kl_coef)
+    expected = r.flip(1).cumsum(1).flip(1)
+    assert torch.allclose(returns[responses.chosen], expected[responses.chosen], atol=1e-5)
+    assert advantage[~responses.chosen].abs().max() == 0 if (~responses.chosen).any() else True
+    algo.iterate()
+    saved, env_state = copy.deepcopy(algo.state_dict()), copy.deepcopy(algo.env.state_dict())
+    twin = build()
+    twin.load_state_dict(saved)
+    twin.env.load_state_dict(env_state)
+    a, b = algo.iterate(), twin.iterate()
+    assert float(a["loss"]) == float(b["loss"]) and float(a["kl"]) == float(b["kl"])

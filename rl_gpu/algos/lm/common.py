@@ -6,11 +6,14 @@ Shape legend: N rows, P prompt tokens, R response tokens, L = P + R, V tokens.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from rl_gpu.algos.base import Collected, Setup
+from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
 from rl_gpu.core.errors import UsageError
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.transformer import TransformerPolicy, transformer_for_env
@@ -103,3 +106,69 @@ def response_log_probs(policy: TransformerPolicy, tokens: Tensor, action_mask: T
     logits = policy.response_logits(tokens) / temperature
     action = tokens[:, policy.prompt_length:]
     return D.categorical_log_prob_entropy(logits, action_mask, action)
+
+
+def steps_of_one_response(env: Any, setup: Setup, algo: str) -> int:
+    """R, refusing a ``--num-steps`` other than it: one iteration is one whole response per row."""
+    length = env.response_length
+    if setup.num_steps is not None and setup.num_steps != length:
+        raise UsageError(f"--algo {algo} takes one whole response per row per iteration: --num-steps is the "
+                         f"response length {length} here (got {setup.num_steps}); leave it out")
+    return length
+
+
+def response_stats(responses: Responses) -> Collected:
+    """Every row finished one episode (a response of R steps): their mean reward and the share rewarded."""
+    reward = responses.reward
+    rows = torch.tensor(float(reward.numel()), device=reward.device)
+    length = torch.tensor(float(responses.chosen.shape[1]), device=reward.device)
+    return Collected(rows, reward.mean(), length, (reward > 0).float().mean(), rows * length)
+
+
+class LanguageModelAlgorithm(LearningRateSchedule):
+    """What SFT, GRPO and RLHF-PPO hold alike: the text environment, the policy (``init`` or fresh), optionally a
+    frozen reference copy of it, Adam on a device learning rate, and named random streams; their checkpointed
+    state is all of these."""
+
+    resume_notes: tuple[str, ...] = ()
+    name = ""
+    streams: tuple[str, ...] = ()
+
+    def __init__(self, setup: Setup, init: str, reference: bool) -> None:
+        self.env = text_env(setup.env, self.name)
+        self.device = self.env.device
+        self.num_steps = steps_of_one_response(self.env, setup, self.name)
+        self._policy = starting_policy(init, self.env, setup.hidden_sizes, self.name)
+        self.reference = copy.deepcopy(self._policy).eval().requires_grad_(False) if reference else None
+        self.initial_learning_rate = float(setup.learning_rate)
+        self.anneal_lr = setup.anneal_lr
+        self.lr = torch.tensor(self.initial_learning_rate, device=self.device)
+        self.optimizer = make_adam(self._policy.parameters(), self.lr, self.device)
+        self.rngs = {name: torch.Generator(device=self.device).manual_seed(setup.seed_for(name))
+                     for name in self.streams}
+
+    @classmethod
+    def from_setup(cls, setup: Setup, config: Any) -> LanguageModelAlgorithm:
+        return cls(setup, config)
+
+    @property
+    def policy(self) -> nn.Module:
+        return self._policy
+
+    def initial_policy(self) -> nn.Module:
+        return copy.deepcopy(self._policy).eval()
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {"policy": self._policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 **{f"{name}_rng": rng.get_state() for name, rng in self.rngs.items()}}
+        if self.reference is not None:
+            state["reference"] = self.reference.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._policy.load_state_dict(state["policy"])
+        if self.reference is not None:
+            self.reference.load_state_dict(state["reference"])
+        load_optimizer_state(self.optimizer, state["optimizer"], self.lr)
+        for name, rng in self.rngs.items():
+            rng.set_state(state[f"{name}_rng"].cpu())

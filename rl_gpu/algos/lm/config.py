@@ -74,3 +74,43 @@ class GRPOConfig:
             ("num_minibatches", self.num_minibatches >= 1), ("max_grad_norm", self.max_grad_norm > 0)),
             "group_size >= 2, 0 < clip_coef < 1, kl_coef >= 0, temperature > 0, epochs and minibatches >= 1, "
             "max_grad_norm > 0")
+
+
+@dataclass(frozen=True)
+class RLHFPPOConfig:
+    """PPO on a language-model policy as in RLHF: each token is a step whose reward is -kl_coef times the policy's
+    log-ratio to the frozen reference (the starting policy), the task's score is added at the response's last
+    chosen token, advantages are GAE over the tokens of each response with the policy's value head, and the
+    update is PPO's clipped objective plus the value loss. --learning-rate is Adam's rate; one iteration = one
+    response per row."""
+
+    init: str = ""
+    """a checkpoint (RUN/seed-N/best.pt) of a transformer policy on this task, or a Hugging Face GPT-2 folder of
+    one, to start from; it is also the KL reference ('': a fresh policy, its own reference)"""
+    kl_coef: float = 0.05
+    """beta: each chosen token's reward is -beta * (log pi(token) - log pi_ref(token))"""
+    gamma: float = 1.0
+    """discount across the tokens of a response"""
+    gae_lambda: float = 0.95
+    """GAE's lambda across the tokens of a response"""
+    clip_coef: float = 0.2
+    """the ratio of new to old token probability is clipped to [1 - clip_coef, 1 + clip_coef]"""
+    vf_coef: float = 0.5
+    """weight of the value loss 0.5 * (V - return)^2"""
+    temperature: float = 1.0
+    """sampling temperature of the responses (and of the probabilities the loss compares)"""
+    update_epochs: int = 4
+    """passes over each iteration's responses"""
+    num_minibatches: int = 4
+    """minibatches of responses per pass"""
+    max_grad_norm: float = 1.0
+    """the gradient is clipped to this global norm"""
+
+    def __post_init__(self) -> None:
+        _check(self, "rlhf_ppo", (
+            ("kl_coef", self.kl_coef >= 0), ("gamma", 0 <= self.gamma <= 1), ("gae_lambda", 0 <= self.gae_lambda <= 1),
+            ("clip_coef", 0 < self.clip_coef < 1), ("vf_coef", self.vf_coef >= 0), ("temperature", self.temperature > 0),
+            ("update_epochs", self.update_epochs >= 1), ("num_minibatches", self.num_minibatches >= 1),
+            ("max_grad_norm", self.max_grad_norm > 0)),
+            "kl_coef >= 0, gamma and gae_lambda in [0, 1], 0 < clip_coef < 1, vf_coef >= 0, temperature > 0, epochs "
+            "and minibatches >= 1, max_grad_norm > 0")

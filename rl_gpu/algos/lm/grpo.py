@@ -19,50 +19,30 @@ One iteration is R environment steps of N rows (``num_steps`` = R; the run's ste
 
 from __future__ import annotations
 
-import copy
-from typing import Any
-
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from rl_gpu.algos.base import Collected, Iteration, PhaseTimer, Setup, no_phase
-from rl_gpu.algos.lm.common import Responses, generate, response_log_probs, starting_policy, text_env
+from rl_gpu.algos.lm.common import LanguageModelAlgorithm, Responses, generate, response_log_probs, response_stats
 from rl_gpu.algos.lm.config import GRPOConfig
 from rl_gpu.algos.lm.losses import clipped_token_loss, group_advantages, kl_k3, reduce_tokens
-from rl_gpu.algos.optim import LearningRateSchedule, clip_global_grad_norm, load_optimizer_state, make_adam
+from rl_gpu.algos.optim import clip_global_grad_norm
 from rl_gpu.core.errors import UsageError
 
 METRICS = ("loss", "kl", "clip_fraction", "entropy", "grad_norm", "mixed_groups", "learning_rate",
            *Collected._fields)
 
 
-def steps_of_one_response(env: Any, setup: Setup, algo: str) -> int:
-    """R, refusing a ``--num-steps`` other than it: one iteration is one whole response per row."""
-    length = env.response_length
-    if setup.num_steps is not None and setup.num_steps != length:
-        raise UsageError(f"--algo {algo} takes one whole response per row per iteration: --num-steps is the "
-                         f"response length {length} here (got {setup.num_steps}); leave it out")
-    return length
-
-
-def response_stats(responses: Responses) -> Collected:
-    """Every row finished one episode (a response of R steps): their mean reward and the share rewarded."""
-    reward = responses.reward
-    rows = torch.tensor(float(reward.numel()), device=reward.device)
-    length = torch.tensor(float(responses.chosen.shape[1]), device=reward.device)
-    return Collected(rows, reward.mean(), length, (reward > 0).float().mean(), rows * length)
-
-
-class GRPO(LearningRateSchedule):
+class GRPO(LanguageModelAlgorithm):
     """The policy, its frozen reference and its optimiser (see the module docstring)."""
 
-    resume_notes: tuple[str, ...] = ()
     metric_names = METRICS
+    name = "grpo"
+    streams = ("sample", "shuffle")
 
     def __init__(self, setup: Setup, config: GRPOConfig) -> None:
-        self.env, self.config = text_env(setup.env, "grpo"), config
-        self.device = self.env.device
-        self.group_size = config.group_size
+        super().__init__(setup, config.init, reference=True)
+        self.config, self.group_size = config, config.group_size
         if self.env.num_envs % self.group_size:
             raise UsageError(f"--algo grpo answers each prompt --group-size {self.group_size} times: it must divide "
                              f"--num-envs {self.env.num_envs}")
@@ -70,26 +50,6 @@ class GRPO(LearningRateSchedule):
         if groups % config.num_minibatches:
             raise UsageError(f"--algo grpo splits the {groups} groups of an iteration into --num-minibatches "
                              f"{config.num_minibatches} of whole groups: it must divide them")
-        self.num_steps = steps_of_one_response(self.env, setup, "grpo")
-        self._policy = starting_policy(config.init, self.env, setup.hidden_sizes, "grpo")
-        self.reference = copy.deepcopy(self._policy).eval().requires_grad_(False)
-        self.initial_learning_rate = float(setup.learning_rate)
-        self.anneal_lr = setup.anneal_lr
-        self.lr = torch.tensor(self.initial_learning_rate, device=self.device)
-        self.optimizer = make_adam(self._policy.parameters(), self.lr, self.device)
-        self.sample_rng = torch.Generator(device=self.device).manual_seed(setup.seed_for("sample"))
-        self.shuffle_rng = torch.Generator(device=self.device).manual_seed(setup.seed_for("shuffle"))
-
-    @classmethod
-    def from_setup(cls, setup: Setup, config: GRPOConfig) -> GRPO:
-        return cls(setup, config)
-
-    @property
-    def policy(self) -> nn.Module:
-        return self._policy
-
-    def initial_policy(self) -> nn.Module:
-        return copy.deepcopy(self._policy).eval()
 
     def advantages(self, reward: Tensor) -> Tensor:
         return group_advantages(reward, self.group_size, leave_one_out=self.config.advantage == "rloo",
@@ -107,7 +67,7 @@ class GRPO(LearningRateSchedule):
         sums = {name: torch.zeros((), device=self.device) for name in ("loss", "kl", "clip_fraction", "entropy",
                                                                         "grad_norm")}
         for _ in range(config.update_epochs):
-            order = torch.randperm(groups, generator=self.shuffle_rng, device=self.device)
+            order = torch.randperm(groups, generator=self.rngs["shuffle"], device=self.device)
             for start in range(0, groups, per_minibatch):
                 group = order[start:start + per_minibatch]
                 rows = (group.unsqueeze(1) * self.group_size
@@ -137,20 +97,8 @@ class GRPO(LearningRateSchedule):
     def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
         with phase("collect"):
             self.env.group(self.group_size)
-            responses = generate(self._policy, self.env, self.sample_rng, self.config.temperature)
+            responses = generate(self._policy, self.env, self.rngs["sample"], self.config.temperature)
         with phase("update"):
             learner = self.update(responses)
         # mixed_groups: the share of groups whose rewards differ (a group of equal rewards teaches nothing).
         return Iteration(response_stats(responses), self.lr.clone(), learner)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"policy": self._policy.state_dict(), "reference": self.reference.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "sample_rng": self.sample_rng.get_state(),
-                "shuffle_rng": self.shuffle_rng.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._policy.load_state_dict(state["policy"])
-        self.reference.load_state_dict(state["reference"])
-        load_optimizer_state(self.optimizer, state["optimizer"], self.lr)
-        self.sample_rng.set_state(state["sample_rng"].cpu())
-        self.shuffle_rng.set_state(state["shuffle_rng"].cpu())

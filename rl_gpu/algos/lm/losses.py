@@ -36,10 +36,11 @@ def kl_k3(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
 def clipped_token_loss(log_prob: Tensor, old_log_prob: Tensor, advantage: Tensor, clip_coef: float
                        ) -> tuple[Tensor, Tensor]:
     """``(loss [N, R], clipped [N, R] bool)``: PPO's clipped surrogate per token,
-    ``-min(rho A, clip(rho, 1 - c, 1 + c) A)`` with ``rho = exp(log_prob - old_log_prob)`` and each response's
-    advantage ``advantage`` ``[N]`` on all its tokens; ``clipped`` where the clipped term is the smaller."""
+    ``-min(rho A, clip(rho, 1 - c, 1 + c) A)`` with ``rho = exp(log_prob - old_log_prob)`` and ``advantage``
+    per token ``[N, R]``, or per response ``[N]`` (on all its tokens); ``clipped`` where the clipped term is the
+    smaller."""
     ratio = torch.exp(log_prob - old_log_prob)
-    a = advantage.unsqueeze(1)
+    a = advantage.unsqueeze(1) if advantage.dim() == 1 else advantage
     plain, clipped = ratio * a, ratio.clamp(1 - clip_coef, 1 + clip_coef) * a
     return -torch.minimum(plain, clipped), clipped < plain
 

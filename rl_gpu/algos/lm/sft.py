@@ -11,17 +11,14 @@ accuracy is the win rate).
 
 from __future__ import annotations
 
-import copy
-from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from rl_gpu.algos.base import Collected, Iteration, PhaseTimer, Setup, no_phase
-from rl_gpu.algos.lm.common import response_log_probs, starting_policy, text_env
+from rl_gpu.algos.lm.common import LanguageModelAlgorithm, response_log_probs
 from rl_gpu.algos.lm.config import SFTConfig
-from rl_gpu.algos.lm.grpo import steps_of_one_response
-from rl_gpu.algos.optim import LearningRateSchedule, clip_global_grad_norm, load_optimizer_state, make_adam
+from rl_gpu.algos.optim import clip_global_grad_norm
 from rl_gpu.envs.text.vocab import EOS, PAD
 
 METRICS = ("loss", "token_accuracy", "answer_accuracy", "grad_norm", "learning_rate", *Collected._fields)
@@ -36,38 +33,21 @@ def answer_masks(answer: Tensor, vocab_size: int) -> tuple[Tensor, Tensor]:
     return torch.where(after_eos.unsqueeze(-1), pad, ~pad), ~after_eos
 
 
-class SFT(LearningRateSchedule):
+class SFT(LanguageModelAlgorithm):
     """The policy and its optimiser (see the module docstring)."""
 
-    resume_notes: tuple[str, ...] = ()
     metric_names = METRICS
+    name = "sft"
+    streams = ("problems",)
 
     def __init__(self, setup: Setup, config: SFTConfig) -> None:
-        self.env, self.config = text_env(setup.env, "sft"), config
-        self.device = self.env.device
-        self.num_steps = steps_of_one_response(self.env, setup, "sft")
-        self._policy = starting_policy(config.init, self.env, setup.hidden_sizes, "sft")
-        self.initial_learning_rate = float(setup.learning_rate)
-        self.anneal_lr = setup.anneal_lr
-        self.lr = torch.tensor(self.initial_learning_rate, device=self.device)
-        self.optimizer = make_adam(self._policy.parameters(), self.lr, self.device)
-        self.problem_rng = torch.Generator(device=self.device).manual_seed(setup.seed_for("problems"))
-
-    @classmethod
-    def from_setup(cls, setup: Setup, config: SFTConfig) -> SFT:
-        return cls(setup, config)
-
-    @property
-    def policy(self) -> nn.Module:
-        return self._policy
-
-    def initial_policy(self) -> nn.Module:
-        return copy.deepcopy(self._policy).eval()
+        super().__init__(setup, config.init, reference=False)
+        self.config = config
 
     def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
         env, policy = self.env, self._policy
         with phase("collect"):
-            problem = env.draw_problems(env.num_envs, self.problem_rng)
+            problem = env.draw_problems(env.num_envs, self.rngs["problems"])
             answer = env.answer(problem)
             tokens = torch.cat([env.prompt(problem), answer], dim=1)
             mask, chosen = answer_masks(answer, env.vocab.size)
@@ -90,12 +70,3 @@ class SFT(LearningRateSchedule):
                    "token_accuracy": (right & chosen).float().sum() / weight.sum(),
                    "answer_accuracy": right.all(1).float().mean()}
         return Iteration(collected, self.lr.clone(), learner)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"policy": self._policy.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "problem_rng": self.problem_rng.get_state()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._policy.load_state_dict(state["policy"])
-        load_optimizer_state(self.optimizer, state["optimizer"], self.lr)
-        self.problem_rng.set_state(state["problem_rng"].cpu())
