@@ -5,8 +5,8 @@ process that trains only that size on the CPU; peak allocated CUDA memory on a G
     OMP_NUM_THREADS=1 python benchmarks/llm/grpo_throughput.py --device cpu --sizes 128x4 256x6
     python benchmarks/llm/grpo_throughput.py --device cuda --num-envs 4096 --sizes 256x6 512x8
 
-Each size runs in its own process (so peak RSS is that size's; a single size runs in this one); one warm-up iteration, then --iterations timed
-ones (time.perf_counter around each phase, synchronised on CUDA). Prints one table.
+Each size runs in its own process (so peak RSS is that size's; a single size runs in this one); one warm-up
+iteration, then --iterations timed ones (time.perf_counter around each phase, synchronised on CUDA). Prints one table.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def main() -> None:
           f"{args.iterations} timed iterations")
     print(f"| model | parameters | generation tokens/s | update s/iteration | {memory} |\n|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['size']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {r['update_s']:.3f} | {r['peak_mib']:,.0f} |")
+        print(f"| {r['size']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {r['update_s']:.3f} "
+              f"| {r['peak_mib']:,.0f} |")
 
 
 if __name__ == "__main__":

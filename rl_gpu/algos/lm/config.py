@@ -109,8 +109,9 @@ class RLHFPPOConfig:
     def __post_init__(self) -> None:
         _check(self, "rlhf_ppo", (
             ("kl_coef", self.kl_coef >= 0), ("gamma", 0 <= self.gamma <= 1), ("gae_lambda", 0 <= self.gae_lambda <= 1),
-            ("clip_coef", 0 < self.clip_coef < 1), ("vf_coef", self.vf_coef >= 0), ("temperature", self.temperature > 0),
-            ("update_epochs", self.update_epochs >= 1), ("num_minibatches", self.num_minibatches >= 1),
+            ("clip_coef", 0 < self.clip_coef < 1), ("vf_coef", self.vf_coef >= 0),
+            ("temperature", self.temperature > 0), ("update_epochs", self.update_epochs >= 1),
+            ("num_minibatches", self.num_minibatches >= 1),
             ("max_grad_norm", self.max_grad_norm > 0)),
             "kl_coef >= 0, gamma and gae_lambda in [0, 1], 0 < clip_coef < 1, vf_coef >= 0, temperature > 0, epochs "
             "and minibatches >= 1, max_grad_norm > 0")

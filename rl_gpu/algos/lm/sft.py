@@ -11,7 +11,6 @@ accuracy is the win rate).
 
 from __future__ import annotations
 
-
 import torch
 from torch import Tensor
 
