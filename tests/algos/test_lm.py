@@ -267,3 +267,15 @@ def test_rlhf_token_rewards_and_advantages_by_hand():
     twin.env.load_state_dict(env_state)
     a, b = algo.iterate(), twin.iterate()
     assert float(a["loss"]) == float(b["loss"]) and float(a["kl"]) == float(b["kl"])
+
+
+def test_bf16_updates_follow_fp32():
+    fp32 = GRPO.from_setup(_setup(n=16), GRPOConfig(group_size=4))
+    bf16 = GRPO.from_setup(_setup(n=16, precision="bf16"), GRPOConfig(group_size=4))
+    assert bf16.precision == "bf16" and fp32.precision == "fp32"
+    fp32.env.group(4)
+    responses = generate(fp32.policy, fp32.env, fp32.rngs["sample"])
+    a, b = fp32.update(responses), bf16.update(responses)
+    assert abs(float(a["loss"]) - float(b["loss"])) < 0.05 and abs(float(a["entropy"]) - float(b["entropy"])) < 0.05
+    for p in bf16.policy.parameters():
+        assert p.dtype == torch.float32  # master weights stay fp32

@@ -6,6 +6,7 @@ Shape legend: N rows, P prompt tokens, R response tokens, L = P + R, V tokens.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any, NamedTuple
 
@@ -14,6 +15,7 @@ from torch import Tensor, nn
 
 from rl_gpu.algos.base import Collected, Setup
 from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
+from rl_gpu.algos.precision import autocast_dtype
 from rl_gpu.core.errors import UsageError
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.transformer import TransformerPolicy, transformer_for_env
@@ -127,8 +129,9 @@ def response_stats(responses: Responses) -> Collected:
 
 class LanguageModelAlgorithm(LearningRateSchedule):
     """What SFT, GRPO and RLHF-PPO hold alike: the text environment, the policy (``init`` or fresh), optionally a
-    frozen reference copy of it, Adam on a device learning rate, and named random streams; their checkpointed
-    state is all of these."""
+    frozen reference copy of it, Adam on a device learning rate, named random streams, and the precision of the
+    update's forward passes (``bf16``: autocast, master weights and losses in fp32; ``auto``: bf16 on a CUDA device
+    that has it, else fp32); their checkpointed state is all of these but the precision (the run's setting)."""
 
     resume_notes: tuple[str, ...] = ()
     name = ""
@@ -146,6 +149,15 @@ class LanguageModelAlgorithm(LearningRateSchedule):
         self.optimizer = make_adam(self._policy.parameters(), self.lr, self.device)
         self.rngs = {name: torch.Generator(device=self.device).manual_seed(setup.seed_for(name))
                      for name in self.streams}
+        bf16 = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        self.precision = ("bf16" if bf16 else "fp32") if setup.precision == "auto" else setup.precision
+        self._autocast = autocast_dtype(self.precision)
+
+    def amp(self) -> contextlib.AbstractContextManager:
+        """Autocast for the update's forward passes at the run's precision (nothing at fp32)."""
+        if self._autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self._autocast)
 
     @classmethod
     def from_setup(cls, setup: Setup, config: Any) -> LanguageModelAlgorithm:

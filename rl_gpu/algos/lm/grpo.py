@@ -58,7 +58,7 @@ class GRPO(LanguageModelAlgorithm):
     def update(self, responses: Responses) -> dict[str, Tensor]:
         config, policy = self.config, self._policy
         advantage = self.advantages(responses.reward)
-        with torch.no_grad():
+        with torch.no_grad(), self.amp():
             reference, _ = response_log_probs(self.reference, responses.tokens, responses.action_mask,
                                               config.temperature)
         groups = self.env.num_envs // self.group_size
@@ -73,8 +73,10 @@ class GRPO(LanguageModelAlgorithm):
                 rows = (group.unsqueeze(1) * self.group_size
                         + torch.arange(self.group_size, device=self.device)).view(-1)
                 chosen = responses.chosen[rows]
-                log_prob, entropy = response_log_probs(policy, responses.tokens[rows], responses.action_mask[rows],
-                                                       config.temperature)
+                with self.amp():
+                    log_prob, entropy = response_log_probs(policy, responses.tokens[rows],
+                                                           responses.action_mask[rows], config.temperature)
+                log_prob, entropy = log_prob.float(), entropy.float()
                 surrogate, clipped = clipped_token_loss(log_prob, responses.log_prob[rows], advantage[rows],
                                                         config.clip_coef)
                 kl = kl_k3(log_prob, reference[rows])

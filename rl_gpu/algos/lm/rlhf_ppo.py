@@ -53,11 +53,12 @@ class RLHFPPO(LanguageModelAlgorithm):
 
     def _outputs(self, policy, responses: Responses, rows: Tensor | slice) -> tuple[Tensor, Tensor, Tensor]:
         """``(log_prob, entropy, value)`` ``[n, R]`` of the responses' tokens at the loss's temperature."""
-        logits, value = policy.response_outputs(responses.tokens[rows])
-        action = responses.tokens[rows][:, policy.prompt_length:]
-        log_prob, entropy = D.categorical_log_prob_entropy(logits / self.config.temperature,
-                                                           responses.action_mask[rows], action)
-        return log_prob, entropy, value
+        with self.amp():
+            logits, value = policy.response_outputs(responses.tokens[rows])
+            action = responses.tokens[rows][:, policy.prompt_length:]
+            log_prob, entropy = D.categorical_log_prob_entropy(logits / self.config.temperature,
+                                                               responses.action_mask[rows], action)
+        return log_prob.float(), entropy.float(), value.float()
 
     def advantages(self, responses: Responses) -> tuple[Tensor, Tensor, Tensor]:
         """``(advantage, return, kl)``: ``[N, R]`` each (kl: the sampled log-ratio to the reference)."""

@@ -51,7 +51,9 @@ class SFT(LanguageModelAlgorithm):
             tokens = torch.cat([env.prompt(problem), answer], dim=1)
             mask, chosen = answer_masks(answer, env.vocab.size)
         with phase("update"):
-            log_prob, _ = response_log_probs(policy, tokens, mask)
+            with self.amp():
+                log_prob, _ = response_log_probs(policy, tokens, mask)
+            log_prob = log_prob.float()
             weight = chosen.float()
             loss = -(log_prob * weight).sum() / weight.sum()
             self.optimizer.zero_grad(set_to_none=True)
