@@ -258,16 +258,22 @@ def _scenario(env_id: str) -> str:
     return env_id.partition("?")[0]
 
 
-def has_preset(env_id: str) -> bool:
+def has_preset(env_id: str, algo: str | None = None) -> bool:
     """Whether ``env_id`` (or, for ``gym:X``, ``X``; for ``vmas:X?k=v``, ``vmas:X``; for ``X?obs_mask=...``,
-    ``X``) has defaults of its own in :data:`PRESETS` or :data:`MULTI_AGENT_PRESETS`."""
+    ``X``) has defaults of its own in :data:`PRESETS` or :data:`MULTI_AGENT_PRESETS`, or (a text task) in
+    :data:`LM_PRESETS` for ``algo`` (any of its algorithms when None)."""
     base = _scenario(env_id)
-    return (base in PRESETS or base.removeprefix("gym:") in PRESETS or base in MULTI_AGENT_PRESETS
-            or base in LM_PRESETS)
+    if base in LM_PRESETS:
+        return algo is None or algo in LM_PRESETS[base]
+    return base in PRESETS or base.removeprefix("gym:") in PRESETS or base in MULTI_AGENT_PRESETS
 
 
 def describe_custom_defaults(env_id: str) -> str:
     """The line ``rl-gpu train`` prints for an environment without a preset."""
+    text = LM_PRESETS.get(_scenario(env_id))
+    if text is not None:
+        return (f"{env_id} has presets for --algo {', '.join(text)}; other algorithms take generic defaults "
+                "(--policy transformer reads its tokens); flags override them")
     shown = ", ".join(f"--{k.replace('_', '-')} {CUSTOM_DEFAULTS[k]}" for k in (
         "num_envs", "num_steps", "total_timesteps", "eval_every", "eval_episodes", "final_eval_episodes"))
     return (f"{env_id} has no preset: generic defaults for a small task ({shown}; PPO gamma 0.99); "

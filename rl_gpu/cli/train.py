@@ -157,7 +157,7 @@ def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:
     algo = _flag_value(args, "--algo") or "ppo"
     if algo not in algorithm_names():
         algo = "ppo"  # the parser refuses the value, naming the choices
-    named = f"{env_id}'s preset" if has_preset(env_id) or env_id.startswith("gym:") else \
+    named = f"{env_id}'s preset" if has_preset(env_id, algo) or env_id.startswith("gym:") else \
         f"the generic defaults for {env_id} (it has no preset)"
     if "--self-play" in args:
         return preset_config(env_id, algo, self_play=True), None, f"{named} for {algo} with --self-play"
