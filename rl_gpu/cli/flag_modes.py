@@ -43,7 +43,7 @@ NOT_ON_RESUME = {
 """Training flags a ``--resume`` has no use for, and why (refused rather than ignored)."""
 
 EVERY_MODE = frozenset({
-    "env", "algo", "output", "seeds", "parallel", "num_envs", "num_steps", "learning_rate", "anneal_lr",
+    "env", "eval_env", "algo", "output", "seeds", "parallel", "num_envs", "num_steps", "learning_rate", "anneal_lr",
     "lr_schedule", "precision", "async_collect", "double_buffer", "hidden_sizes", "policy", "memory", "normalize_obs",
     "init_log_std", "min_updates", "max_updates", "total_timesteps",
     "eval_every", "eval_episodes", "final_eval_episodes", "consecutive_passes", "success_z", "solve_threshold",

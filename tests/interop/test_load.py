@@ -103,7 +103,7 @@ def test_weights_of_another_env_or_architecture_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("change, needle", [
-    ({"kind": "transformer"}, "unknown policy kind"),
+    ({"kind": "perceiver"}, "unknown policy kind"),
     ({"obs_dim": "4"}, "obs_dim is '4'"),
     ({"num_actions": 0}, "num_actions is 0"),
     ({"normalize_obs": 1}, "normalize_obs is 1"),
