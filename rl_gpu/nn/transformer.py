@@ -55,6 +55,19 @@ class _Block(nn.Module):
             cache[:, :, :, :x.size(1)] = qkv[1:]
         return self._finish(x, F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True))
 
+    def grouped(self, prompt: Tensor, response: Tensor, group: int) -> tuple[Tensor, Tensor]:
+        """``(prompt [B / g, P, d], response [B, T, d])`` after this block, the prompts shared by ``g`` = ``group``
+        consecutive response rows: each prompt is computed once, and each response attends to its prompt's keys
+        and values (all of them) and causally to its own."""
+        qkv_p, qkv_r = self._split(prompt), self._split(response)
+        keys = torch.cat([qkv_p[1].repeat_interleave(group, dim=0), qkv_r[1]], dim=2)
+        values = torch.cat([qkv_p[2].repeat_interleave(group, dim=0), qkv_r[2]], dim=2)
+        p, t = prompt.size(1), response.size(1)
+        visible = torch.ones(t, p + t, dtype=torch.bool, device=response.device).tril(diagonal=p)
+        attended = F.scaled_dot_product_attention(qkv_r[0], keys, values, attn_mask=visible)
+        return (self._finish(prompt, F.scaled_dot_product_attention(qkv_p[0], qkv_p[1], qkv_p[2], is_causal=True)),
+                self._finish(response, attended))
+
     def step(self, x: Tensor, cache: Tensor, position: int) -> Tensor:
         """One new token ``x`` ``[B, 1, d]`` at ``position``, attending to the cached positions before it."""
         qkv = self._split(x)
@@ -92,6 +105,17 @@ class CausalTransformer(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i])
         return self.norm(x)
+
+    def forward_grouped(self, prompt: Tensor, response: Tensor, group: int) -> tuple[Tensor, Tensor]:
+        """What :meth:`forward` gives over ``[prompt row b // g, response row b]`` for every row b, with each of the
+        ``B / g`` prompts ``[B / g, P]`` computed once: ``(prompt states [B / g, P, d], response states [B, T, d])``
+        (prefix sharing: the responses to one prompt share its keys and values)."""
+        p, t = prompt.shape[1], response.shape[1]
+        x_p = self.embed(prompt) + self.position.weight[:p]
+        x_r = self.embed(response) + self.position.weight[p:p + t]
+        for block in self.blocks:
+            x_p, x_r = block.grouped(x_p, x_r, group)
+        return self.norm(x_p), self.norm(x_r)
 
     def step(self, token: Tensor, cache: Tensor, position: int) -> Tensor:
         """``[B, d]`` hidden state of one new token ``[B]`` at ``position`` (the cache holds the ones before)."""
@@ -159,25 +183,35 @@ class TransformerPolicy(nn.Module):
         return DeployedActor(_NewestLogits(self), self.obs_dim, num_actions=self.num_actions)
 
     # Generation with the key-value cache, and whole responses scored at once (GRPO, SFT).
-    def start(self, prompt: Tensor) -> tuple[Tensor, Tensor]:
-        """``(logits [B, V] of the first response token, cache)`` after one pass over ``prompt`` ``[B, P]``."""
-        cache = self.model.new_cache(prompt.shape[0])
-        hidden = self.model(prompt.long(), cache)
-        return self.model.lm_head(hidden[:, -1]), cache
+    def start(self, prompt: Tensor, group: int = 1) -> tuple[Tensor, Tensor]:
+        """``(logits [B, V] of the first response token, cache)`` after one pass over ``prompt`` ``[B, P]``; with
+        ``group`` g, rows come in groups of g with the same prompt, and each prompt is read once."""
+        unique = prompt[::group].long()
+        cache = self.model.new_cache(unique.shape[0])
+        logits = self.model.lm_head(self.model(unique, cache)[:, -1])
+        if group > 1:
+            logits, cache = logits.repeat_interleave(group, dim=0), cache.repeat_interleave(group, dim=2)
+        return logits, cache
 
     def next_logits(self, token: Tensor, cache: Tensor, position: int) -> Tensor:
         """``[B, V]`` logits of the token after ``token`` ``[B]``, written at buffer ``position``."""
         return self.model.lm_head(self.model.step(token.long(), cache, position))
 
-    def response_logits(self, tokens: Tensor) -> Tensor:
+    def response_logits(self, tokens: Tensor, group: int = 1) -> Tensor:
         """``[B, R, V]``: at each response position, the logits that chose its token, from one causal pass over
-        the whole buffer ``tokens`` ``[B, L]``."""
-        return self.response_outputs(tokens)[0]
+        the whole buffer ``tokens`` ``[B, L]`` (``group``: see :meth:`response_outputs`)."""
+        return self.response_outputs(tokens, group)[0]
 
-    def response_outputs(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
+    def response_outputs(self, tokens: Tensor, group: int = 1) -> tuple[Tensor, Tensor]:
         """``(logits [B, R, V], values [B, R])`` at each response position (the state before its token) from one
-        causal pass over ``tokens`` ``[B, L]``."""
-        hidden = self.model(tokens.long()[:, :-1])[:, self.prompt_length - 1:]
+        causal pass over ``tokens`` ``[B, L]``; with ``group`` g, rows come in groups of g with the same prompt,
+        and each prompt is computed once (:meth:`CausalTransformer.forward_grouped`: the same values)."""
+        tokens, p = tokens.long(), self.prompt_length
+        if group == 1:
+            hidden = self.model(tokens[:, :-1])[:, p - 1:]
+        else:
+            prompt, response = self.model.forward_grouped(tokens[::group, :p], tokens[:, p:-1], group)
+            hidden = torch.cat([prompt[:, -1:].repeat_interleave(group, dim=0), response], dim=1)
         return self.model.lm_head(hidden), self.value_head(hidden).squeeze(-1)
 
 

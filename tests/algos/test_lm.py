@@ -90,6 +90,21 @@ def test_generation_and_the_update_agree_on_every_log_probability():
     assert responses.tokens[:, 4:].tolist() != [[0] * 3] * 16
 
 
+def test_prefix_sharing_gives_the_plain_passes_outputs():
+    torch.manual_seed(3)
+    policy = TransformerPolicy(14, 8, 5, 64, 2, 2)
+    env = make("Addition-v0", num_envs=12, seed=2)
+    env.group(4)
+    responses = generate(policy, env, torch.Generator().manual_seed(0), group=4)
+    assert torch.equal(responses.tokens[:, :8], responses.tokens[::4, :8].repeat_interleave(4, dim=0))
+    for (a, b) in zip(policy.response_outputs(responses.tokens), policy.response_outputs(responses.tokens, 4)):
+        assert torch.allclose(a, b, atol=1e-5)
+    log_prob, _ = response_log_probs(policy, responses.tokens, responses.action_mask, 1.0, 4)
+    log_prob.sum().backward()  # gradients flow through the shared prompt's keys and values
+    assert torch.allclose(log_prob, responses.log_prob, atol=1e-5)
+    assert policy.model.embed.weight.grad is not None
+
+
 def test_groups_of_equal_rewards_teach_nothing():
     # Without the KL term (whose gradient at the reference is float noise, which Adam would scale up).
     algo = GRPO.from_setup(_setup(n=16), GRPOConfig(group_size=4, kl_coef=0.0))

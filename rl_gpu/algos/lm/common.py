@@ -82,12 +82,13 @@ class Responses(NamedTuple):
 
 @torch.no_grad()
 def generate(policy: TransformerPolicy, env: Any, generator: torch.Generator | None, temperature: float = 1.0,
-             deterministic: bool = False) -> Responses:
+             deterministic: bool = False, group: int = 1) -> Responses:
     """One response per row of ``env`` (every row at the start of its response), stepping the environment one
-    token at a time; the policy reads the prompt once and then only each new token (its key-value cache)."""
+    token at a time; the policy reads the prompt once and then only each new token (its key-value cache). With
+    ``group`` g the rows come in groups of g with the same prompt (:meth:`TokenEnv.group`), each read once."""
     p, r = env.prompt_length, env.response_length
     step = env.observe()
-    logits, cache = policy.start(step.obs[:, :p])
+    logits, cache = policy.start(step.obs[:, :p], group)
     masks, log_probs = [], []
     for t in range(r):
         action, log_prob = D.categorical_act(logits / temperature, step.action_mask, generator, deterministic)
@@ -101,11 +102,12 @@ def generate(policy: TransformerPolicy, env: Any, generator: torch.Generator | N
                      step.reward.float())
 
 
-def response_log_probs(policy: TransformerPolicy, tokens: Tensor, action_mask: Tensor, temperature: float = 1.0
-                       ) -> tuple[Tensor, Tensor]:
+def response_log_probs(policy: TransformerPolicy, tokens: Tensor, action_mask: Tensor, temperature: float = 1.0,
+                       group: int = 1) -> tuple[Tensor, Tensor]:
     """``(log_prob [N, R], entropy [N, R])`` of the response tokens of ``tokens`` ``[N, L]`` under ``policy`` at
-    ``temperature`` with the legal tokens ``action_mask`` ``[N, R, V]``, from one causal pass (differentiable)."""
-    logits = policy.response_logits(tokens) / temperature
+    ``temperature`` with the legal tokens ``action_mask`` ``[N, R, V]``, from one causal pass (differentiable;
+    ``group``: rows in groups of that many sharing a prompt, each prompt computed once)."""
+    logits = policy.response_logits(tokens, group) / temperature
     action = tokens[:, policy.prompt_length:]
     return D.categorical_log_prob_entropy(logits, action_mask, action)
 

@@ -60,7 +60,7 @@ class GRPO(LanguageModelAlgorithm):
         advantage = self.advantages(responses.reward)
         with torch.no_grad(), self.amp():
             reference, _ = response_log_probs(self.reference, responses.tokens, responses.action_mask,
-                                              config.temperature)
+                                              config.temperature, self.group_size)
         groups = self.env.num_envs // self.group_size
         per_minibatch = groups // config.num_minibatches
         params = [p for p in policy.parameters() if p.requires_grad]
@@ -74,8 +74,8 @@ class GRPO(LanguageModelAlgorithm):
                         + torch.arange(self.group_size, device=self.device)).view(-1)
                 chosen = responses.chosen[rows]
                 with self.amp():
-                    log_prob, entropy = response_log_probs(policy, responses.tokens[rows],
-                                                           responses.action_mask[rows], config.temperature)
+                    log_prob, entropy = response_log_probs(policy, responses.tokens[rows], responses.action_mask[rows],
+                                                           config.temperature, self.group_size)
                 log_prob, entropy = log_prob.float(), entropy.float()
                 surrogate, clipped = clipped_token_loss(log_prob, responses.log_prob[rows], advantage[rows],
                                                         config.clip_coef)
@@ -99,7 +99,8 @@ class GRPO(LanguageModelAlgorithm):
     def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
         with phase("collect"):
             self.env.group(self.group_size)
-            responses = generate(self._policy, self.env, self.rngs["sample"], self.config.temperature)
+            responses = generate(self._policy, self.env, self.rngs["sample"], self.config.temperature,
+                                 group=self.group_size)
         with phase("update"):
             learner = self.update(responses)
         # mixed_groups: the share of groups whose rewards differ (a group of equal rewards teaches nothing).
