@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from grpo_throughput import peak_rss_mib  # noqa: E402 -- this folder's scripts, not a package
 
 
 def ours(args: argparse.Namespace) -> dict:
@@ -53,7 +54,7 @@ def ours(args: argparse.Namespace) -> dict:
     write_hf_folder(algo.policy, env.vocab, Path(args.save), {"env_id": "Addition-v0"})
     return {"side": "rl_gpu", "wall_s": wall, "steps": args.steps, "updates_per_s": args.steps / wall,
             "completion_tokens": tokens, "tokens_per_s": tokens / wall,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_rss_mib": peak_rss_mib(),
             "versions": {"torch": torch.__version__}}
 
 

@@ -19,6 +19,14 @@ import sys
 import time
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (VmHWM: unlike getrusage's maxrss, it does not carry over the memory of
+    the process that forked this one)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
 def one(size: str, device: str, num_envs: int, iterations: int, group_size: int) -> dict:
     import torch
 
@@ -55,7 +63,7 @@ def one(size: str, device: str, num_envs: int, iterations: int, group_size: int)
     tokens = num_envs * env.response_length
     params = sum(p.numel() for p in algo.policy.parameters())
     peak = (torch.cuda.max_memory_allocated() / 2 ** 20 if device.startswith("cuda")
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+            else peak_rss_mib())
     return {"size": size, "params": params, "tokens_per_s": tokens / (sum(gen) / len(gen)),
             "update_s": sum(upd) / len(upd), "peak_mib": peak, "num_envs": num_envs}
 

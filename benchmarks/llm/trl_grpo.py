@@ -23,13 +23,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
-import resource
+import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from grpo_throughput import peak_rss_mib  # noqa: E402 -- imports neither torch nor rl_gpu at module level
+
 DIGITS = 3
 _HASH, _SPACE = 2654435761, 2 ** 32
+
 
 
 def split_of(a: int, b: int) -> int:
@@ -104,7 +109,7 @@ def main() -> None:
     result = {"side": "trl", "wall_s": wall, "steps": args.steps, "updates_per_s": args.steps / wall,
               "completion_tokens": counted["completion_tokens"],
               "tokens_per_s": counted["completion_tokens"] / wall,
-              "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+              "peak_rss_mib": peak_rss_mib(),
               "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                            "trl": trl.__version__}}
     with open(args.json, "w") as f:

@@ -294,3 +294,32 @@ def test_bf16_updates_follow_fp32():
     assert abs(float(a["loss"]) - float(b["loss"])) < 0.05 and abs(float(a["entropy"]) - float(b["entropy"])) < 0.05
     for p in bf16.policy.parameters():
         assert p.dtype == torch.float32  # master weights stay fp32
+
+
+def test_a_paused_grpo_run_resumes_to_the_run_never_paused(tmp_path):
+    import dataclasses
+
+    from rl_gpu.cli.presets import preset_config
+    from rl_gpu.runtime.checkpoint import load_checkpoint
+    from rl_gpu.training.runner import VOLATILE_METRICS, resume, train
+
+    def config(out):
+        base = preset_config("Addition-v0?digits=1", "grpo")
+        return dataclasses.replace(base, device="cpu", seeds=(5,), num_envs=32, hidden_sizes=(32, 32), max_updates=5,
+                                   min_updates=5, eval_every=2, eval_episodes=16, final_eval_episodes=16,
+                                   checkpoint_every=2, output=out, total_timesteps=None,
+                                   algo_params=dataclasses.replace(base.algo_params, group_size=4))
+
+    def rows(run):
+        out = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in VOLATILE_METRICS} for r in out]
+
+    quiet = lambda *a, **k: None  # noqa: E731
+    train(config(tmp_path / "a"), log=quiet)
+    (paused,) = train(config(tmp_path / "b"), log=quiet, stop_after=3)
+    assert paused.status == "paused"
+    resume(tmp_path / "b" / "seed-5", config(tmp_path / "b"), log=quiet)
+    a, b = (load_checkpoint(tmp_path / run / "seed-5" / "last.pt")["trainer"]["algorithm"] for run in "ab")
+    assert all(torch.equal(a["policy"][k], b["policy"][k]) for k in a["policy"])
+    assert torch.equal(a["sample_rng"], b["sample_rng"]) and rows(tmp_path / "a" / "seed-5") == rows(
+        tmp_path / "b" / "seed-5")
