@@ -307,7 +307,7 @@ def test_a_paused_grpo_run_resumes_to_the_run_never_paused(tmp_path):
         base = preset_config("Addition-v0?digits=1", "grpo")
         return dataclasses.replace(base, device="cpu", seeds=(5,), num_envs=32, hidden_sizes=(32, 32), max_updates=5,
                                    min_updates=5, eval_every=2, eval_episodes=16, final_eval_episodes=16,
-                                   checkpoint_every=2, output=out, total_timesteps=None,
+                                   checkpoint_every=2, output=out, total_timesteps=None, solve_threshold=2.0,
                                    algo_params=dataclasses.replace(base.algo_params, group_size=4))
 
     def rows(run):
@@ -323,3 +323,15 @@ def test_a_paused_grpo_run_resumes_to_the_run_never_paused(tmp_path):
     assert all(torch.equal(a["policy"][k], b["policy"][k]) for k in a["policy"])
     assert torch.equal(a["sample_rng"], b["sample_rng"]) and rows(tmp_path / "a" / "seed-5") == rows(
         tmp_path / "b" / "seed-5")
+
+
+def test_the_throughput_benchmark_measures_a_small_model():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "llm" / "grpo_throughput.py"
+    spec = importlib.util.spec_from_file_location("grpo_throughput", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    row = module.one("32x1", "cpu", 16, 1, 4)
+    assert row["params"] > 0 and row["tokens_per_s"] > 0 and row["update_s"] > 0 and row["peak_mib"] > 0
