@@ -1,5 +1,5 @@
-"""GRPO's speed and memory on Addition-v0 for transformer policies of a few sizes: generation tokens/s (the key-value
-cache path, stepping the environment), update seconds per iteration, and the learner's peak memory (peak RSS of a
+"""GRPO's speed and memory on Addition-v0 for transformer policies of a few sizes: generation tokens/s (rows x R
+positions per second of the generation phase: the key-value cache path, stepping the environment), update seconds per iteration, and the learner's peak memory (peak RSS of a
 process that trains only that size on the CPU; peak allocated CUDA memory on a GPU).
 
     OMP_NUM_THREADS=1 python benchmarks/llm/grpo_throughput.py --device cpu --sizes 128x4 256x6
