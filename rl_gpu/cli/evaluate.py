@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     built only from the registry, or by importing the module ``--trust-env`` names."""
     config = parse(EvaluateConfig, PROG, flag_as_positional(argv, "--checkpoint", PROG),
                    description=EvaluateConfig.__doc__)
-    with named_ids_only([config.trust_env]):
+    with named_ids_only([config.trust_env, config.env]):  # ids typed here are the user's own choice
         return _evaluate(config)
 
 

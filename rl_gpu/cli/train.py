@@ -145,12 +145,14 @@ def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:
         resume_dir = str(file_config.resume)
     if resume_dir is not None:
         saved = _saved_config(Path(resume_dir))
-        check_may_import(saved.env, f"--resume {resume_dir}: {Path(resume_dir) / 'last.pt'}")
+        for env_id, flag in ((saved.env, "--env"), (saved.eval_env, "--eval-env")):
+            check_may_import(env_id, f"--resume {resume_dir}: {Path(resume_dir) / 'last.pt'}", flag)
         default = saved if file_config is None else _overlay(saved, data, file_config)
         return dataclasses.replace(default, resume=Path(resume_dir)), saved, f"the saved settings of {resume_dir}"
     if file_config is not None:
         _check_env(file_config.env)
-        check_may_import(file_config.env, f"--config {config_path}")
+        for env_id, flag in ((file_config.env, "--env"), (file_config.eval_env, "--eval-env")):
+            check_may_import(env_id, f"--config {config_path}", flag)
         return file_config, None, f"the settings of {config_path}"
     env_id = _flag_value(args, "--env") or DEFAULT_ENV
     _check_env(env_id)
@@ -379,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Only the environment id given as ``--env`` may import a module of its own (``mymodule:MyEnv``): one that a
     ``--config`` file or a resumed run records is refused unless ``--env`` names it too."""
     args = [SHORT_FLAGS.get(a, a) for a in (sys.argv[1:] if argv is None else argv)]
-    with named_ids_only([_flag_value(args, "--env")]):
+    with named_ids_only([_flag_value(args, "--env"), _flag_value(args, "--eval-env")]):
         return quiet_broken_pipe(_main)(args)
 
 
