@@ -12,8 +12,8 @@ import torch
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.registry import make
 from rl_gpu.envs.text.addition import AdditionEnv, split_keys, split_of
-from rl_gpu.envs.text.generation import TokenState
-from rl_gpu.envs.text.vocab import EOS, PAD
+from rl_gpu.envs.text.generation import TokenEnv, TokenState
+from rl_gpu.envs.text.vocab import EOS, PAD, CharVocab
 
 CHARS = "0123456789+="
 
@@ -135,3 +135,42 @@ def test_the_env_is_a_tensor_env_of_uint8_token_buffers():
     spec = env.spec
     assert spec.obs_shape == (14,) and spec.num_actions == 14 and spec.episode_horizon == 5
     assert env.observe().obs.dtype == torch.uint8
+
+
+class NextDigit(TokenEnv):
+    """A task of one's own: prompt "d=", answer (d + 1) mod 10, scored by Python on the decoded text."""
+
+    vocab = CharVocab("0123456789=")
+    prompt_length, response_length = 2, 2
+
+    def draw_problems(self, n, generator):
+        return torch.randint(0, 10, (n, 1), generator=generator, device=self.device)
+
+    def prompt(self, problem):
+        return torch.cat([problem + 2, torch.full_like(problem, self.vocab.id("="))], dim=1)
+
+    def answer(self, problem):
+        return torch.cat([(problem + 1) % 10 + 2, torch.full_like(problem, EOS)], dim=1)
+
+    def score(self, problem, response):
+        texts = [self.vocab.decode(row) for row in response.cpu()]
+        ended = (response == EOS).any(dim=1).cpu()
+        right = [t == str((int(d) + 1) % 10) and e for t, d, e in zip(texts, problem[:, 0].tolist(), ended)]
+        return torch.tensor(right, dtype=torch.float32, device=self.device)
+
+
+def test_a_task_of_ones_own_scored_in_python_trains_with_grpo():
+    from rl_gpu.algos.base import Setup
+    from rl_gpu.algos.lm.config import GRPOConfig
+    from rl_gpu.algos.lm.grpo import GRPO
+
+    env = NextDigit(num_envs=16, seed=0)
+    step = env.observe()
+    answer = env.answer(env.state.inner.problem)
+    for t in range(2):
+        step = env.step(answer[:, t])
+    assert step.reward.eq(1).all()  # the reference answers score 1 through the Python scorer
+    algo = GRPO.from_setup(Setup(env=NextDigit(num_envs=16, seed=1), seed=0, hidden_sizes=(32,)),
+                           GRPOConfig(group_size=4))
+    result = algo.iterate()
+    assert float(result["episodes"]) == 16 and 0 <= float(result["episode_return"]) <= 1
