@@ -91,6 +91,9 @@ class AlgorithmSpec:
     the task's keys over the global defaults."""
     preset_section: tuple[str, ...] | None = None
     """With ``preset_of``: the keys of that algorithm's section it takes (None: all of them)."""
+    default_env: str | None = None
+    """The environment ``rl-gpu train --algo NAME`` trains (and ``--help`` shows the preset of) when ``--env`` is not
+    given; None: the project's default."""
     check: str | None = None
     """``"module:function"``: ``check(config)`` raises ``UsageError`` for a run it cannot make (settings that
     together leave nothing to learn, say); called when a run starts, before anything is written
@@ -299,18 +302,18 @@ _LM_PRECISIONS = ("fp32", "bf16", "auto")
 register_algorithm(AlgorithmSpec(
     name="sft", config="rl_gpu.algos.lm.config:SFTConfig", factory="rl_gpu.algos.lm.sft:SFT",
     summary="supervised fine-tuning of a language-model policy on a text task's reference answers (GRPO's warm start)",
-    torchrun=False, compile_modes=("off",), precisions=_LM_PRECISIONS,
+    torchrun=False, compile_modes=("off",), precisions=_LM_PRECISIONS, default_env="Addition-v0",
     ignores=("normalize_obs", "init_log_std")))
 register_algorithm(AlgorithmSpec(
     name="grpo", config="rl_gpu.algos.lm.config:GRPOConfig", factory="rl_gpu.algos.lm.grpo:GRPO",
     summary="GRPO / RLOO: a language-model policy learns a text task's reward, each response against the others "
             "to its prompt",
-    torchrun=False, compile_modes=("off",), precisions=_LM_PRECISIONS,
+    torchrun=False, compile_modes=("off",), precisions=_LM_PRECISIONS, default_env="Addition-v0",
     ignores=("normalize_obs", "init_log_std")))
 register_algorithm(AlgorithmSpec(
     name="rlhf_ppo", config="rl_gpu.algos.lm.config:RLHFPPOConfig", factory="rl_gpu.algos.lm.rlhf_ppo:RLHFPPO",
     summary="RLHF's PPO: a language-model policy, a per-token KL penalty to its start, GAE over tokens, a value head",
-    torchrun=False, compile_modes=("off",), precisions=_LM_PRECISIONS,
+    torchrun=False, compile_modes=("off",), precisions=_LM_PRECISIONS, default_env="Addition-v0",
     ignores=("normalize_obs", "init_log_std")))
 register_algorithm(AlgorithmSpec(
     name="appo", config="rl_gpu.algos.vtrace.config:APPOConfig", factory="rl_gpu.algos.vtrace.algorithm:APPO",

@@ -154,11 +154,11 @@ def _defaults(args: list[str]) -> tuple[TrainConfig, TrainConfig | None, str]:
         for env_id, flag in ((file_config.env, "--env"), (file_config.eval_env, "--eval-env")):
             check_may_import(env_id, f"--config {config_path}", flag)
         return file_config, None, f"the settings of {config_path}"
-    env_id = _flag_value(args, "--env") or DEFAULT_ENV
-    _check_env(env_id)
     algo = _flag_value(args, "--algo") or "ppo"
     if algo not in algorithm_names():
         algo = "ppo"  # the parser refuses the value, naming the choices
+    env_id = _flag_value(args, "--env") or algorithm_spec(algo).default_env or DEFAULT_ENV
+    _check_env(env_id)
     named = f"{env_id}'s preset" if has_preset(env_id, algo) or env_id.startswith("gym:") else \
         f"the generic defaults for {env_id} (it has no preset)"
     if "--self-play" in args:
