@@ -42,7 +42,8 @@ def gpt2_config(policy: TransformerPolicy) -> dict[str, Any]:
 
 
 def to_gpt2_state(policy: TransformerPolicy) -> dict[str, Tensor]:
-    """``GPT2LMHeadModel``'s state dict holding ``policy``'s weights (copies on the CPU)."""
+    """``GPT2LMHeadModel``'s state dict holding ``policy``'s weights (copies on the CPU; LoRA adapters merged)."""
+    policy = policy.merged()
     ours = {k: v.detach().cpu().float() for k, v in policy.model.state_dict().items()}
     state = {"transformer.wte.weight": ours["embed.weight"], "transformer.wpe.weight": ours["position.weight"],
              "transformer.ln_f.weight": ours["norm.weight"], "transformer.ln_f.bias": ours["norm.bias"],

@@ -143,6 +143,7 @@ register_policy_kind(PolicyKind(
     ("obs_dim", "num_agents"), "any", None, "one actor-critic per agent, stacked (MAPPO/IPPO without sharing)"))
 register_policy_kind(PolicyKind(
     "transformer", "rl_gpu.nn.transformer:TransformerPolicy",
-    {"vocab_size": int, "prompt_length": int, "response_length": int, "width": int, "layers": int, "heads": int},
+    {"vocab_size": int, "prompt_length": int, "response_length": int, "width": int, "layers": int, "heads": int,
+     "lora_rank": int},
     ("vocab_size", "prompt_length", "response_length"), "discrete", "rl_gpu.nn.transformer:transformer_for_env",
     "decoder-only transformer over a text environment's token buffer, with a key-value cache (rl_gpu.envs.text)"))

@@ -16,6 +16,7 @@ memory: a run of generation is one episode.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Optional
 
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import PolicyOutput
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.deploy import DeployedActor
@@ -138,7 +140,7 @@ class TransformerPolicy(nn.Module):
     is_continuous = False
 
     def __init__(self, vocab_size: int, prompt_length: int, response_length: int, width: int = 128,
-                 layers: int = 4, heads: int = 4) -> None:
+                 layers: int = 4, heads: int = 4, lora_rank: int = 0) -> None:
         super().__init__()
         self.num_actions, self.prompt_length, self.response_length = vocab_size, prompt_length, response_length
         self.width, self.layers, self.heads = width, layers, heads
@@ -146,11 +148,52 @@ class TransformerPolicy(nn.Module):
         self.obs_dim = self.length + 1
         self.model = CausalTransformer(vocab_size, self.length, width, layers, heads)
         self.value_head = nn.Linear(width, 1)
+        self.lora_rank = 0
+        if lora_rank:
+            self.add_lora(lora_rank)
+
+    def add_lora(self, rank: int) -> TransformerPolicy:
+        """Low-rank adapters (``peft``'s LoRA, alpha = 2 x rank, no dropout) on every linear layer of the blocks, and
+        the model's own weights frozen: only the adapters and the value head train. The adapters start at zero, so
+        the policy acts as before."""
+        try:
+            from peft import LoraConfig, inject_adapter_in_model
+        except ImportError:
+            raise UsageError("LoRA needs peft: pip install 'rl-gpu[lm]'") from None
+        if self.lora_rank:
+            raise ValueError("this policy already has LoRA adapters")
+        inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                                           target_modules=["qkv", "out", "mlp.0", "mlp.2"]), self.model)
+        self.lora_rank = rank
+        return self.freeze_base()
+
+    def freeze_base(self) -> TransformerPolicy:
+        """With LoRA adapters: only they (and the value head) train; without: everything trains."""
+        for name, parameter in self.model.named_parameters():
+            parameter.requires_grad_(not self.lora_rank or "lora_" in name)
+        return self
+
+    def merged(self) -> TransformerPolicy:
+        """A copy with its LoRA adapters folded into the weights (plain layers, the same outputs); itself without."""
+        if not self.lora_rank:
+            return self
+        twin = TransformerPolicy(self.num_actions, self.prompt_length, self.response_length, self.width,
+                                 self.layers, self.heads).to(self.value_head.weight.device)
+        model = copy.deepcopy(self.model)
+        for name, module in list(model.named_modules()):
+            if hasattr(module, "base_layer") and hasattr(module, "merge"):
+                module.merge()
+                parent, _, child = name.rpartition(".")
+                setattr(model.get_submodule(parent) if parent else model, child, module.base_layer)
+        twin.model.load_state_dict(model.state_dict())
+        twin.value_head.load_state_dict(self.value_head.state_dict())
+        return twin
 
     def config(self) -> dict[str, Any]:
+        extra = {"lora_rank": self.lora_rank} if self.lora_rank else {}
         return {"kind": "transformer", "vocab_size": self.num_actions, "prompt_length": self.prompt_length,
                 "response_length": self.response_length, "width": self.width, "layers": self.layers,
-                "heads": self.heads}
+                "heads": self.heads, **extra}
 
     def _newest(self, obs: Tensor) -> Tensor:
         """``[B, d]`` hidden state at the newest token of each row's buffer."""
@@ -180,7 +223,7 @@ class TransformerPolicy(nn.Module):
 
     def export_module(self) -> DeployedActor:
         """The greedy next token of an observation ``[N, L + 1]`` as plain PyTorch (ONNX, TorchScript, int8)."""
-        return DeployedActor(_NewestLogits(self), self.obs_dim, num_actions=self.num_actions)
+        return DeployedActor(_NewestLogits(self.merged()), self.obs_dim, num_actions=self.num_actions)
 
     # Generation with the key-value cache, and whole responses scored at once (GRPO, SFT).
     def start(self, prompt: Tensor, group: int = 1) -> tuple[Tensor, Tensor]:

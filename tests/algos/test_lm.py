@@ -335,3 +335,32 @@ def test_the_throughput_benchmark_measures_a_small_model():
     spec.loader.exec_module(module)
     row = module.one("32x1", "cpu", 16, 1, 4)
     assert row["params"] > 0 and row["tokens_per_s"] > 0 and row["update_s"] > 0 and row["peak_mib"] > 0
+
+
+def test_lora_trains_adapters_only_and_exports_merged(tmp_path, call_main):
+    pytest.importorskip("peft")
+    from rl_gpu.cli.export import main as export
+    from rl_gpu.cli.train import main as train
+    from rl_gpu.interop.policy_io import load_policy
+
+    checkpoint = _trained_checkpoint(tmp_path, call_main)
+    out = tmp_path / "lora"
+    # SFT: a gradient from the first update (a barely trained start earns GRPO no reward to learn from)
+    code, _, err = call_main(train, "--env", "Addition-v0?digits=1", "--algo", "sft", "--init", checkpoint,
+                             "--lora-rank", "4", "--num-envs", "32", "--max-updates", "2",
+                             "--eval-every", "2", "--hidden-sizes", "32", "32", "--eval-episodes", "8",
+                             "--final-eval-episodes", "8", "--device", "cpu", "--quiet", "--output", out)
+    assert code == 0, err
+    start, _ = load_policy(checkpoint, torch.device("cpu"))
+    tuned, _ = load_policy(out / "seed-11" / "last.pt", torch.device("cpu"))
+    assert tuned.lora_rank == 4 and tuned.config()["lora_rank"] == 4
+    frozen = {k: v for k, v in tuned.model.state_dict().items() if "base_layer" in k}
+    for name, value in frozen.items():  # the model's own weights did not move
+        assert torch.equal(value, start.model.state_dict()[name.replace(".base_layer", "")]), name
+    assert any(v.abs().sum() > 0 for k, v in tuned.model.state_dict().items() if "lora_B" in k)  # adapters did
+    obs = make("Addition-v0?digits=1", num_envs=16, seed=3).observe().obs
+    merged = tuned.merged()
+    assert merged.lora_rank == 0 and torch.allclose(merged.model.lm_head(merged._newest(obs)),
+                                                    tuned.model.lm_head(tuned._newest(obs)), atol=1e-5)
+    code, _, err = call_main(export, out / "seed-11" / "last.pt", "--output", tmp_path / "lora.onnx")
+    assert code == 0, err

@@ -62,7 +62,7 @@ def starting_policy(init: str, env: Any, hidden_sizes, algo: str) -> Transformer
         raise UsageError(f"--init {init}: its policy reads {policy.num_actions} tokens, prompts of "
                          f"{policy.prompt_length} and responses of {policy.response_length}; this environment has "
                          f"{sizes[0]}, {sizes[1]} and {sizes[2]}")
-    return policy.train().requires_grad_(True)
+    return policy.train().requires_grad_(True).freeze_base()
 
 
 class Responses(NamedTuple):
@@ -139,11 +139,16 @@ class LanguageModelAlgorithm(LearningRateSchedule):
     name = ""
     streams: tuple[str, ...] = ()
 
-    def __init__(self, setup: Setup, init: str, reference: bool) -> None:
+    def __init__(self, setup: Setup, init: str, reference: bool, lora_rank: int = 0) -> None:
         self.env = text_env(setup.env, self.name)
         self.device = self.env.device
         self.num_steps = steps_of_one_response(self.env, setup, self.name)
         self._policy = starting_policy(init, self.env, setup.hidden_sizes, self.name)
+        if lora_rank and self._policy.lora_rank not in (0, lora_rank):
+            raise UsageError(f"--lora-rank {lora_rank}: the --init policy has adapters of rank "
+                             f"{self._policy.lora_rank}; give that rank or leave the flag out")
+        if lora_rank and not self._policy.lora_rank:
+            self._policy.add_lora(lora_rank).to(self.device)
         self.reference = copy.deepcopy(self._policy).eval().requires_grad_(False) if reference else None
         self.initial_learning_rate = float(setup.learning_rate)
         self.anneal_lr = setup.anneal_lr

@@ -24,11 +24,14 @@ class SFTConfig:
     init: str = ""
     """a checkpoint (RUN/seed-N/best.pt) of a transformer policy on this task, or a Hugging Face GPT-2 folder of one,
     to continue from ('': a fresh one)"""
+    lora_rank: int = 0
+    """train LoRA adapters of this rank (peft) on the frozen model instead of every weight (0: every weight)"""
     max_grad_norm: float = 1.0
     """the gradient is clipped to this global norm"""
 
     def __post_init__(self) -> None:
-        _check(self, "sft", (("max_grad_norm", self.max_grad_norm > 0),), "max_grad_norm > 0")
+        _check(self, "sft", (("max_grad_norm", self.max_grad_norm > 0), ("lora_rank", self.lora_rank >= 0)),
+               "max_grad_norm > 0, lora_rank >= 0")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class GRPOConfig:
     """a checkpoint (RUN/seed-N/best.pt) of a transformer policy on this task (an --algo sft run), or a Hugging
     Face GPT-2 folder of one (rl-gpu export --format hf), to start from; it is also the KL reference ('': a fresh
     policy, its own reference)"""
+    lora_rank: int = 0
+    """train LoRA adapters of this rank (peft) on the frozen model instead of every weight (0: every weight)"""
     advantage: Literal["grpo", "rloo"] = "grpo"
     """grpo: reward minus the group's mean (over its std with scale_rewards); rloo: reward minus the mean of the
     group's other responses (REINFORCE leave-one-out)"""
@@ -71,8 +76,9 @@ class GRPOConfig:
         _check(self, "grpo", (
             ("group_size", self.group_size >= 2), ("clip_coef", 0 < self.clip_coef < 1), ("kl_coef", self.kl_coef >= 0),
             ("temperature", self.temperature > 0), ("update_epochs", self.update_epochs >= 1),
-            ("num_minibatches", self.num_minibatches >= 1), ("max_grad_norm", self.max_grad_norm > 0)),
-            "group_size >= 2, 0 < clip_coef < 1, kl_coef >= 0, temperature > 0, epochs and minibatches >= 1, "
+            ("num_minibatches", self.num_minibatches >= 1), ("max_grad_norm", self.max_grad_norm > 0),
+            ("lora_rank", self.lora_rank >= 0)),
+            "lora_rank >= 0, group_size >= 2, 0 < clip_coef < 1, kl_coef >= 0, temperature > 0, epochs and minibatches >= 1, "
             "max_grad_norm > 0")
 
 
@@ -87,6 +93,8 @@ class RLHFPPOConfig:
     init: str = ""
     """a checkpoint (RUN/seed-N/best.pt) of a transformer policy on this task, or a Hugging Face GPT-2 folder of
     one, to start from; it is also the KL reference ('': a fresh policy, its own reference)"""
+    lora_rank: int = 0
+    """train LoRA adapters of this rank (peft) on the frozen model instead of every weight (0: every weight)"""
     kl_coef: float = 0.05
     """beta: each chosen token's reward is -beta * (log pi(token) - log pi_ref(token))"""
     gamma: float = 1.0
@@ -112,6 +120,6 @@ class RLHFPPOConfig:
             ("clip_coef", 0 < self.clip_coef < 1), ("vf_coef", self.vf_coef >= 0),
             ("temperature", self.temperature > 0), ("update_epochs", self.update_epochs >= 1),
             ("num_minibatches", self.num_minibatches >= 1),
-            ("max_grad_norm", self.max_grad_norm > 0)),
-            "kl_coef >= 0, gamma and gae_lambda in [0, 1], 0 < clip_coef < 1, vf_coef >= 0, temperature > 0, epochs "
+            ("max_grad_norm", self.max_grad_norm > 0), ("lora_rank", self.lora_rank >= 0)),
+            "lora_rank >= 0, kl_coef >= 0, gamma and gae_lambda in [0, 1], 0 < clip_coef < 1, vf_coef >= 0, temperature > 0, epochs "
             "and minibatches >= 1, max_grad_norm > 0")

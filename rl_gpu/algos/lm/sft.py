@@ -40,7 +40,7 @@ class SFT(LanguageModelAlgorithm):
     streams = ("problems",)
 
     def __init__(self, setup: Setup, config: SFTConfig) -> None:
-        super().__init__(setup, config.init, reference=False)
+        super().__init__(setup, config.init, reference=False, lora_rank=config.lora_rank)
         self.config = config
 
     def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
