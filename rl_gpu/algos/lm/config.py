@@ -78,8 +78,8 @@ class GRPOConfig:
             ("temperature", self.temperature > 0), ("update_epochs", self.update_epochs >= 1),
             ("num_minibatches", self.num_minibatches >= 1), ("max_grad_norm", self.max_grad_norm > 0),
             ("lora_rank", self.lora_rank >= 0)),
-            "lora_rank >= 0, group_size >= 2, 0 < clip_coef < 1, kl_coef >= 0, temperature > 0, epochs and minibatches >= 1, "
-            "max_grad_norm > 0")
+            "lora_rank >= 0, group_size >= 2, 0 < clip_coef < 1, kl_coef >= 0, temperature > 0, epochs and "
+            "minibatches >= 1, max_grad_norm > 0")
 
 
 @dataclass(frozen=True)
@@ -121,5 +121,5 @@ class RLHFPPOConfig:
             ("temperature", self.temperature > 0), ("update_epochs", self.update_epochs >= 1),
             ("num_minibatches", self.num_minibatches >= 1),
             ("max_grad_norm", self.max_grad_norm > 0), ("lora_rank", self.lora_rank >= 0)),
-            "lora_rank >= 0, kl_coef >= 0, gamma and gae_lambda in [0, 1], 0 < clip_coef < 1, vf_coef >= 0, temperature > 0, epochs "
-            "and minibatches >= 1, max_grad_norm > 0")
+            "lora_rank >= 0, kl_coef >= 0, gamma and gae_lambda in [0, 1], 0 < clip_coef < 1, vf_coef >= 0, "
+            "temperature > 0, epochs and minibatches >= 1, max_grad_norm > 0")
