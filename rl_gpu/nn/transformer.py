@@ -162,6 +162,8 @@ class TransformerPolicy(nn.Module):
             raise UsageError("LoRA needs peft: pip install 'rl-gpu[lm]'") from None
         if self.lora_rank:
             raise ValueError("this policy already has LoRA adapters")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= self.width:
+            raise UsageError(f"--lora-rank must be between 1 and the model's width {self.width}, got {rank!r}")
         inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
                                            target_modules=["qkv", "out", "mlp.0", "mlp.2"]), self.model)
         self.lora_rank = rank

@@ -41,6 +41,13 @@ def starting_policy(init: str, env: Any, hidden_sizes, algo: str) -> Transformer
             return transformer_for_env(env.spec, hidden_sizes).to(env.device)
         except ValueError as e:
             raise UsageError(str(e)) from None
+        except (MemoryError, RuntimeError) as e:  # torch's allocation failures are RuntimeErrors
+            if not isinstance(e, MemoryError) and "memory" not in str(e).lower():
+                raise
+            width, blocks = list(hidden_sizes)[0], len(list(hidden_sizes))
+            raise UsageError(f"--hidden-sizes: a transformer of {blocks} blocks of width {width} (about "
+                             f"{12 * blocks * width * width * 4 / 2 ** 30:,.1f} GiB of weights) does not fit in the "
+                             f"memory of {env.device}") from None
     from pathlib import Path
 
     from rl_gpu.nn.gpt2 import load_gpt2
