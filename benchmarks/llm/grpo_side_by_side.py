@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from grpo_throughput import peak_rss_mib  # noqa: E402 -- this folder's scripts, not a package
+from grpo_throughput import add_run_arguments, peak_rss_mib  # noqa: E402 -- this folder's scripts, not a package
 
 
 def ours(args: argparse.Namespace) -> dict:
@@ -75,12 +75,7 @@ def accuracy(folder: str, episodes: int) -> tuple[int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--prompts-per-step", type=int, default=64)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--beta", type=float, default=0.04)
+    add_run_arguments(parser)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--eval-episodes", type=int, default=4000)
     parser.add_argument("--trl-python", default="/work/trl-venv/bin/python")

@@ -1,6 +1,7 @@
 """GRPO's speed and memory on Addition-v0 for transformer policies of a few sizes: generation tokens/s (rows x R
-positions per second of the generation phase: the key-value cache path, stepping the environment), update seconds per iteration, and the learner's peak memory (peak RSS of a
-process that trains only that size on the CPU; peak allocated CUDA memory on a GPU).
+positions per second of the generation phase: the key-value cache path, stepping the environment), update seconds
+per iteration, and the learner's peak memory (peak RSS of a process that trains only that size on the CPU; peak
+allocated CUDA memory on a GPU).
 
     OMP_NUM_THREADS=1 python benchmarks/llm/grpo_throughput.py --device cpu --sizes 128x4 256x6
     python benchmarks/llm/grpo_throughput.py --device cuda --num-envs 4096 --sizes 256x6 512x8
@@ -26,6 +27,16 @@ def peak_rss_mib() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The settings both sides of benchmarks/llm/grpo_side_by_side.py take (TRL's script imports this too)."""
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--prompts-per-step", type=int, default=64)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--beta", type=float, default=0.04)
+
 
 def one(size: str, device: str, num_envs: int, iterations: int, group_size: int) -> dict:
     import torch

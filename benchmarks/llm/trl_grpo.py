@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from grpo_throughput import peak_rss_mib  # noqa: E402 -- imports neither torch nor rl_gpu at module level
+from grpo_throughput import add_run_arguments, peak_rss_mib  # noqa: E402 -- imports neither torch nor rl_gpu at module level
 
 DIGITS = 3
 _HASH, _SPACE = 2654435761, 2 ** 32
@@ -44,12 +44,7 @@ def split_of(a: int, b: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--prompts-per-step", type=int, default=64)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--beta", type=float, default=0.04)
+    add_run_arguments(parser)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--save", help="write the trained model here (save_pretrained)")
     parser.add_argument("--json", required=True)

@@ -41,19 +41,24 @@ def gpt2_config(policy: TransformerPolicy) -> dict[str, Any]:
             "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": 1, "pad_token_id": 0}
 
 
+def _names(layers: int) -> list[tuple[str, str, bool]]:
+    """``(our name, GPT-2's name, transposed)`` of every tensor of a model of ``layers`` blocks."""
+    pairs = [("embed.weight", "transformer.wte.weight", False), ("position.weight", "transformer.wpe.weight", False),
+             ("norm.weight", "transformer.ln_f.weight", False), ("norm.bias", "transformer.ln_f.bias", False),
+             ("lm_head.weight", "lm_head.weight", False)]
+    for i in range(layers):
+        for mine, theirs, linear in _BLOCK:
+            pairs.append((f"blocks.{i}.{mine}.weight", f"transformer.h.{i}.{theirs}.weight", linear))
+            pairs.append((f"blocks.{i}.{mine}.bias", f"transformer.h.{i}.{theirs}.bias", False))
+    return pairs
+
+
 def to_gpt2_state(policy: TransformerPolicy) -> dict[str, Tensor]:
     """``GPT2LMHeadModel``'s state dict holding ``policy``'s weights (copies on the CPU; LoRA adapters merged)."""
     policy = policy.merged()
     ours = {k: v.detach().cpu().float() for k, v in policy.model.state_dict().items()}
-    state = {"transformer.wte.weight": ours["embed.weight"], "transformer.wpe.weight": ours["position.weight"],
-             "transformer.ln_f.weight": ours["norm.weight"], "transformer.ln_f.bias": ours["norm.bias"],
-             "lm_head.weight": ours["lm_head.weight"]}
-    for i in range(policy.layers):
-        for mine, theirs, linear in _BLOCK:
-            weight = ours[f"blocks.{i}.{mine}.weight"]
-            state[f"transformer.h.{i}.{theirs}.weight"] = weight.t() if linear else weight
-            state[f"transformer.h.{i}.{theirs}.bias"] = ours[f"blocks.{i}.{mine}.bias"]
-    return {k: v.contiguous().clone() for k, v in state.items()}
+    return {theirs: (ours[mine].t() if linear else ours[mine]).contiguous().clone()
+            for mine, theirs, linear in _names(policy.layers)}
 
 
 def save_gpt2(policy: TransformerPolicy, folder: Path) -> Any:
@@ -86,13 +91,6 @@ def load_gpt2(folder: str | Path, prompt_length: int, device: torch.device | str
     policy = TransformerPolicy(config.vocab_size, prompt_length, config.n_positions - prompt_length, config.n_embd,
                                config.n_layer, config.n_head)
     theirs = model.state_dict()
-    state = {"embed.weight": theirs["transformer.wte.weight"], "position.weight": theirs["transformer.wpe.weight"],
-             "norm.weight": theirs["transformer.ln_f.weight"], "norm.bias": theirs["transformer.ln_f.bias"],
-             "lm_head.weight": theirs["lm_head.weight"]}
-    for i in range(config.n_layer):
-        for mine, name, linear in _BLOCK:
-            weight = theirs[f"transformer.h.{i}.{name}.weight"]
-            state[f"blocks.{i}.{mine}.weight"] = weight.t() if linear else weight
-            state[f"blocks.{i}.{mine}.bias"] = theirs[f"transformer.h.{i}.{name}.bias"]
+    state = {mine: theirs[name].t() if linear else theirs[name] for mine, name, linear in _names(config.n_layer)}
     policy.model.load_state_dict({k: v.float().contiguous() for k, v in state.items()})
     return policy.to(device)
