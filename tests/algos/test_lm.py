@@ -30,6 +30,15 @@ def _setup(n=16, env_id="Addition-v0?digits=1", **kw):
                  hidden_sizes=kw.pop("hidden_sizes", SMALL), **kw)
 
 
+def _next_iteration_and_its_resumed_twin(algo, build):
+    """``(algo's next iteration, that of a fresh build() loaded from its state as a checkpoint holds it, the twin)``."""
+    saved, env_state = copy.deepcopy(algo.state_dict()), copy.deepcopy(algo.env.state_dict())
+    twin = build()
+    twin.load_state_dict(saved)
+    twin.env.load_state_dict(env_state)
+    return algo.iterate(), twin.iterate(), twin
+
+
 def test_group_advantages_by_hand():
     reward = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
     std = math.sqrt(1 / 3)  # unbiased std of (1, 0, 0, 1)
@@ -133,11 +142,7 @@ def test_grpo_resumes_exactly():
 
     algo = build()
     algo.iterate()
-    saved, env_state = copy.deepcopy(algo.state_dict()), copy.deepcopy(algo.env.state_dict())
-    twin = build()
-    twin.load_state_dict(saved)
-    twin.env.load_state_dict(env_state)
-    a, b = algo.iterate(), twin.iterate()
+    a, b, twin = _next_iteration_and_its_resumed_twin(algo, build)
     assert all(float(a[k]) == float(b[k]) for k in ("loss", "kl", "episode_return"))
     assert all(torch.equal(v, twin.policy.state_dict()[k]) for k, v in algo.policy.state_dict().items())
 
@@ -276,11 +281,7 @@ def test_rlhf_token_rewards_and_advantages_by_hand():
     assert torch.allclose(returns[responses.chosen], expected[responses.chosen], atol=1e-5)
     assert advantage[~responses.chosen].abs().max() == 0 if (~responses.chosen).any() else True
     algo.iterate()
-    saved, env_state = copy.deepcopy(algo.state_dict()), copy.deepcopy(algo.env.state_dict())
-    twin = build()
-    twin.load_state_dict(saved)
-    twin.env.load_state_dict(env_state)
-    a, b = algo.iterate(), twin.iterate()
+    a, b, twin = _next_iteration_and_its_resumed_twin(algo, build)
     assert float(a["loss"]) == float(b["loss"]) and float(a["kl"]) == float(b["kl"])
 
 
