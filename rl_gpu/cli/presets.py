@@ -255,6 +255,10 @@ def held_out(env_id: str) -> str:
 
 
 def _scenario(env_id: str) -> str:
+    for prefix in ("multitask:", "multitask-noid:"):  # several tasks: the first task's preset
+        if env_id.startswith(prefix):
+            first = env_id[len(prefix):].split("|")[0]
+            return _scenario(first.rpartition("@")[0] if "@" in first else first)
     return env_id.partition("?")[0]
 
 

@@ -47,12 +47,17 @@ ENTRY_POINT_GROUP = "rl_gpu.envs"
 _ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 PREFIXES: dict[str, str] = {"gym:": "rl_gpu.envs.gymnasium_env:GymnasiumEnv", "vmas:": "rl_gpu.envs.vmas_env:VmasEnv",
-                            "pettingzoo:": "rl_gpu.envs.pettingzoo_env:PettingZooModuleEnv"}
+                            "pettingzoo:": "rl_gpu.envs.pettingzoo_env:PettingZooModuleEnv",
+                            "multitask:": "rl_gpu.envs.multitask:MultiTaskEnv",
+                            "multitask-noid:": "rl_gpu.envs.multitask:BlindMultiTaskEnv"}
 """Id prefixes that name a family of environments rather than one id: ``"gym:<any Gymnasium id>"`` builds
 ``GymnasiumEnv("<id>", num_envs, device=..., seed=..., max_episode_steps=..., **kwargs)``, ``"vmas:<scenario>"``
 builds :class:`~rl_gpu.envs.vmas_env.VmasEnv` the same way, ``"pettingzoo:<module>"`` the ``parallel_env`` of a
-module (:class:`~rl_gpu.envs.pettingzoo_env.PettingZooModuleEnv`; the module is imported, so the id imports code)."""
-FAMILIES = "gym:<any Gymnasium id>, vmas:<any VMAS scenario>, pettingzoo:<module with a parallel_env>"
+module (:class:`~rl_gpu.envs.pettingzoo_env.PettingZooModuleEnv`; the module is imported, so the id imports code),
+``"multitask:A|B|..."`` several tensor-env tasks in the rows of one batch (:mod:`rl_gpu.envs.multitask`)."""
+FAMILIES = ("gym:<any Gymnasium id>, vmas:<any VMAS scenario>, pettingzoo:<module with a parallel_env>, "
+            "multitask:<id>|<id>|...")
+MULTITASK = ("multitask:", "multitask-noid:")
 """How the prefixed families are named in messages."""
 
 
@@ -89,6 +94,9 @@ def module_to_import(env_id: object) -> str | None:
         return None
     env_id = _unwrapped_id(env_id)
     prefixed = _prefixed(env_id)
+    if prefixed is not None and env_id.startswith(MULTITASK):  # the first of its tasks that imports a module
+        tasks = (part.rpartition("@")[0] if "@" in part else part for part in prefixed[1].split("|"))
+        return next((m for m in map(module_to_import, tasks) if m is not None), None)
     if prefixed is not None and prefixed[0] == PREFIXES["pettingzoo:"]:
         module = prefixed[1].partition("?")[0]
     elif prefixed is not None:
@@ -289,7 +297,8 @@ def env_class(env_id: str) -> type:
     if prefixed is not None:
         from rl_gpu.envs.wrappers import refuse_wrappers
 
-        refuse_wrappers(env_id)
+        if not env_id.startswith(MULTITASK):  # its tasks' queries are their own
+            refuse_wrappers(env_id)
         _guard(env_id)
         return _load(prefixed[0])
     if isinstance(env_id, str) and "?" in env_id:

@@ -6,7 +6,11 @@
   (MinAtar's ``[10, 10, C]`` frames become ``[10, 10, K C]``, a vector of O entries one of K O); an episode's first
   observation fills all K places.
 
-Both may be given (``"CartPole-v1?obs_mask=0,2&frame_stack=4"``: masked, then stacked). Any other name is one
+- ``action_perm=P0,P1,...``: discrete actions reach the environment permuted: the agent's action ``a`` is the
+  environment's ``P[a]`` (a task whose controls are rewired: ``"CartPole-v1?action_perm=1,0"`` pushes right where
+  CartPole pushes left, the interference a sequence of tasks needs to show forgetting); legal actions follow.
+
+All may be given (``"CartPole-v1?obs_mask=0,2&frame_stack=4"``: masked, then stacked). Any other name is one
 of the environment's own parameters (its ``params_type``: ``"CartPole-v1?length=0.6"``,
 ``"Go1-Velocity-v0?obs_noise=1&action_delay=0,2"``; tuples as numbers joined by ``,``), bound by
 :func:`with_params`. They wrap a
@@ -29,7 +33,7 @@ from torch import Tensor
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.params import split_id_parameters
 
-WRAPPER_PARAMETERS = ("obs_mask", "frame_stack", "seats_as_agents")
+WRAPPER_PARAMETERS = ("obs_mask", "frame_stack", "seats_as_agents", "action_perm")
 """What the query of a registered (or ``package.module:Class``) id may set."""
 
 MAX_FRAME_STACK = 64
@@ -43,6 +47,8 @@ class Wrapping(NamedTuple):
     frame_stack: int
     seats_as_agents: bool = False
     """A turn-based game's seats as agents of one world (:mod:`rl_gpu.envs.seat_agents`)."""
+    action_perm: tuple[int, ...] | None = None
+    """The environment's action for each of the agent's (None: the same)."""
 
 
 def split_wrappers(env_id: str) -> tuple[str, Wrapping | None, dict[str, Any]]:
@@ -68,6 +74,13 @@ def split_wrappers(env_id: str) -> tuple[str, Wrapping | None, dict[str, Any]]:
         mask = tuple(int(p) for p in parts)
         if len(set(mask)) != len(mask):
             raise UsageError(f"{env_id!r}: obs_mask names an index twice ({mask})")
+    perm = params.get("action_perm")
+    if perm is not None:
+        parts = str(perm).split(",")
+        perm = tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
+        if perm is None or sorted(perm) != list(range(len(perm))):
+            raise UsageError(f"{env_id!r}: action_perm is a permutation of the action indices 0..A-1 joined by "
+                             f"',' (action_perm=1,0), got {params['action_perm']!r}")
     stack = params.get("frame_stack", 1)
     if isinstance(stack, bool) or not isinstance(stack, int) or not 1 <= stack <= MAX_FRAME_STACK:
         raise UsageError(f"{env_id!r}: frame_stack is the number of observations joined, an integer from 1 to "
@@ -76,10 +89,10 @@ def split_wrappers(env_id: str) -> tuple[str, Wrapping | None, dict[str, Any]]:
     if seats not in (0, 1) or isinstance(seats, float):
         raise UsageError(f"{env_id!r}: seats_as_agents is 1 (a turn-based game's seats as agents of one world) or 0, "
                          f"got {seats!r}")
-    if seats and (mask is not None or stack > 1):
-        raise UsageError(f"{env_id!r}: seats_as_agents takes neither obs_mask nor frame_stack (each seat's "
-                         "observation is the game's own)")
-    return base, Wrapping(mask, stack, bool(seats)), own
+    if seats and (mask is not None or stack > 1 or perm is not None):
+        raise UsageError(f"{env_id!r}: seats_as_agents takes neither obs_mask, frame_stack nor action_perm (each "
+                         "seat's observation and actions are the game's own)")
+    return base, Wrapping(mask, stack, bool(seats), perm), own
 
 
 _with_params: dict[tuple, type] = {}
@@ -154,13 +167,20 @@ def wrapped_class(cls: type, env_id: str, wrapping: Wrapping) -> type:
     if wrapping.obs_mask is not None and max(wrapping.obs_mask) >= size:
         raise UsageError(f"{env_id!r}: obs_mask index {max(wrapping.obs_mask)} is out of range: the last axis of "
                          f"{cls.__name__}'s observation {tuple(cls.obs_shape)} has entries 0 to {size - 1}")
+    if wrapping.action_perm is not None and (cls.num_actions != len(wrapping.action_perm) or cls.action_shape
+                                             or cls.num_agents > 1):
+        raise UsageError(f"{env_id!r}: action_perm permutes the discrete actions of one agent; {cls.__name__} has "
+                         + (f"{cls.num_actions} discrete actions, not {len(wrapping.action_perm)}"
+                            if not cls.action_shape and cls.num_agents == 1
+                            else "continuous actions or several agents"))
     if wrapping.frame_stack > 1 and cls.num_players > 1:
         raise UsageError(f"{env_id!r}: frame_stack joins one player's observations in time, and {cls.__name__} "
                          "is a turn-based game whose observation changes hands every step")
     key = (cls, wrapping)
     if key not in _classes:
         suffix = ("Masked" if wrapping.obs_mask is not None else "") + (
-            f"Stack{wrapping.frame_stack}" if wrapping.frame_stack > 1 else "")
+            f"Stack{wrapping.frame_stack}" if wrapping.frame_stack > 1 else "") + (
+            "Permuted" if wrapping.action_perm is not None else "")
         name = f"{cls.__name__}{suffix}"
         # mirror: None, since the observation's layout is no longer the one the task's symmetry was declared on.
         namespace = {"wrapping": wrapping, "mirror": None, "__module__": __name__, "__qualname__": name,
@@ -168,7 +188,7 @@ def wrapped_class(cls: type, env_id: str, wrapping: Wrapping) -> type:
         # A hook the environment leaves to the base class stays the base class's (it ignores the inner state's
         # fields, and the spec tells "has legal actions" by it).
         for hook in ("_observe_critic", "_legal_actions", "_acting", "_current_player"):
-            if getattr(cls, hook) is getattr(TensorEnv, hook):
+            if getattr(cls, hook) is getattr(TensorEnv, hook):  # (all legal stays all legal when permuted)
                 namespace[hook] = getattr(TensorEnv, hook)
         _classes[key] = type(name, (ObservationWrapper, cls), namespace)
     return _classes[key]
@@ -193,6 +213,7 @@ class ObservationWrapper:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._mask_index: dict[torch.device, Tensor] = {}
+        self._perm_index: dict[torch.device, Tensor] = {}
         super().__init__(*args, **kwargs)
         raw = tuple(self.obs_shape)
         self.frame_shape = (*raw[:-1], len(self.wrapping.obs_mask)) if self.wrapping.obs_mask else raw
@@ -236,8 +257,16 @@ class ObservationWrapper:
             return inner
         return _stacked_type(type(inner))(*inner, torch.cat([self._frame(inner)] * (k - 1), -1))
 
+    def _permutation(self, device: torch.device) -> Tensor:
+        index = self._perm_index.get(device)
+        if index is None:
+            index = self._perm_index[device] = torch.tensor(self.wrapping.action_perm, device=device)
+        return index
+
     def _transition(self, inner: Any, action: Tensor) -> tuple[Any, Tensor, Tensor]:
         own = self._own(inner)
+        if self.wrapping.action_perm is not None:
+            action = self._permutation(action.device)[action]
         nxt, reward, terminated = super()._transition(own, action)
         if self.wrapping.frame_stack == 1:
             return nxt, reward, terminated
@@ -256,7 +285,11 @@ class ObservationWrapper:
         return super()._observe_critic(self._own(inner))
 
     def _legal_actions(self, inner: Any) -> Tensor:
-        return super()._legal_actions(self._own(inner))
+        legal = super()._legal_actions(self._own(inner))
+        if self.wrapping.action_perm is None:
+            return legal
+        # The agent's action a is the environment's P[a]: legal exactly when P[a] is.
+        return legal.index_select(-1, self._permutation(legal.device))
 
     def _acting(self, inner: Any) -> Tensor | None:
         return super()._acting(self._own(inner))

@@ -72,12 +72,17 @@ class EvalResult:
     successes: int | None = None
     """Episodes that ended in the task's own success (a ``success`` reward term, as ``PandaPickCube-v0`` logs), when
     the task has one; None otherwise."""
+    tasks: list[dict] | None = None
+    """A batch of several tasks (:mod:`rl_gpu.envs.multitask`): each task's ``{"task", "episodes", "mean_return",
+    "return_ci"}``; None otherwise."""
 
     def to_dict(self) -> dict:
         data = asdict(self)
         players = data.pop("num_players")
         if self.successes is None:
             data.pop("successes")
+        if self.tasks is None:
+            data.pop("tasks")
         return {k: v for k, v in data.items() if players > 1 or k not in WIN_FIELDS}
 
     def success_line(self) -> str:
@@ -104,7 +109,8 @@ class EvalResult:
                 f"mean return {self.mean_return:.2f} ± {self.return_ci:.2f} (95% CI) over {self.episodes} episodes, "
                 f"mean length {self.mean_length:.1f}" + (f"; {self.success_line()}" if self.successes is not None
                                                          else "")
-            )
+            ) + "".join(f"\n  task {i} {t['task']}: mean return {t['mean_return']:.2f} ± {t['return_ci']:.2f} over "
+                        f"{t['episodes']} episodes" for i, t in enumerate(self.tasks or ()))
         # The game's own units first (chips for poker): a win rate alone hides how much each game wins or loses.
         lines = [
             f"mean return {self.mean_return:+.4f} ± {self.return_ci:.4f} (95% CI) per game; "
@@ -148,7 +154,7 @@ def evaluate_policy(
     if episodes <= 0:
         raise ValueError(f"episodes must be positive, got {episodes}")
     remaining, round_index = episodes, 0
-    returns, lengths, seats = [], [], []
+    returns, lengths, seats, row_tasks, task_ids = [], [], [], [], None
     success_counts: list[Tensor] = []
     while remaining > 0:
         n = min(num_envs, remaining)
@@ -171,6 +177,9 @@ def evaluate_policy(
             # so the successes counted here are those of the rows' episodes (as many first episodes as there are).
             sums, _ = env.reward_term_totals()
             success_counts.append(sums["success"].detach().reshape(1).cpu())
+        if getattr(env, "row_tasks", None) is not None:
+            row_tasks.append(env.row_tasks)
+            task_ids = env.task_ids
         # Rows whose episode never ended count as draws (return 0).
         returns.append(tally.episode_return)
         lengths.append(tally.episode_length)
@@ -181,8 +190,9 @@ def evaluate_policy(
     length = torch.cat(lengths).double().cpu()
     seat = torch.cat(seats).cpu()
     success = torch.cat(success_counts) if success_counts else torch.zeros(0, dtype=torch.float64)
+    task = torch.cat(row_tasks) if row_tasks else torch.zeros(0, dtype=torch.long)
     if gather is not None:
-        ret, length, seat, success = gather(ret, length, seat, success)
+        ret, length, seat, success, task = gather(ret, length, seat, success, task)
         episodes = ret.numel()
     wins = int((ret > 0).sum())
     lo, hi = wilson_interval(wins, episodes)
@@ -198,4 +208,17 @@ def evaluate_policy(
         mean_return=float(ret.mean()), return_ci=1.959964 * std / math.sqrt(episodes),
         mean_length=float(length.mean()), seats=seat_results, seed=seed, deterministic=deterministic,
         num_players=players, successes=int(round(float(success.sum()))) if success_counts else None,
+        tasks=None if task_ids is None else per_task(ret, task, task_ids),
     )
+
+
+def per_task(returns: Tensor, task: Tensor, task_ids: tuple[str, ...]) -> list[dict]:
+    """Each task's episodes, mean return and its 95% interval's half-width (tasks without rows: 0 episodes, NaN)."""
+    results = []
+    for i, name in enumerate(task_ids):
+        r = returns[task == i]
+        n = r.numel()
+        std = float(r.std()) if n > 1 else 0.0
+        results.append({"task": name, "episodes": n, "mean_return": float(r.mean()) if n else math.nan,
+                        "return_ci": 1.959964 * std / math.sqrt(n) if n else math.nan})
+    return results

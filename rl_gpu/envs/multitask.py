@@ -1,0 +1,259 @@
+"""Several tasks in one batch: the rows of one :class:`~rl_gpu.envs.base.TensorEnv` split among tasks.
+
+``"multitask:CartPole-v1|CartPole-v1?length=1.0|CartPole-v1?action_perm=1,0"`` builds one batch whose rows hold
+the three tasks in contiguous blocks (equal shares; ``ID@W`` weighs a task's share, ``@0`` keeps its slot with no
+rows). Each task is any tensor-env id (parameters and wrappers included); they must agree on what the policy sees
+and does (observation shape and dtype, actions, time limit) and on the layout of their state (parameter variants
+of one environment always do), so the batch steps each block with its own task's pure transition and joins the
+results: one task's cost per row, whatever the number of tasks. The observation ends with the one-hot of the row's
+task (``multitask-noid:`` leaves the observation as the tasks give it: the policy must tell them apart itself).
+
+Per-task statistics: :meth:`MultiTaskEnv.task_stats` gives each task's mean return over the episodes finished
+since the last call (kept in the state, so compiled and graph-captured collection count them too), logged by the
+trainer as ``task/K/return``; evaluations report each task's own mean return (:attr:`MultiTaskEnv.row_tasks`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from rl_gpu.core.errors import UsageError
+from rl_gpu.envs.base import TensorEnv
+
+PREFIX, BLIND_PREFIX = "multitask:", "multitask-noid:"
+MAX_TASKS = 1024
+
+_state_types: dict[type, type] = {}
+COUNTERS = ("task", "running", "finished_return", "finished")
+"""The fields the batch adds before the tasks' own: each row's task, its episode's return so far, and the sum and
+number of its episodes finished since statistics were last read."""
+
+
+def _state_type(inner_type: type) -> type:
+    if inner_type not in _state_types:
+        fields = [(f, Tensor) for f in COUNTERS] + [(f, Tensor) for f in inner_type._fields]
+        made = NamedTuple(f"MultiTask{inner_type.__name__}", fields)
+        made.__module__ = __name__
+        made.inner_type = inner_type
+        _state_types[inner_type] = made
+    return _state_types[inner_type]
+
+
+def parse_tasks(text: str) -> list[tuple[str, float]]:
+    """``"A|B@2|C@0"`` -> ``[("A", 1.0), ("B", 2.0), ("C", 0.0)]``; a malformed list is a one-line UsageError."""
+    tasks = []
+    for part in text.split("|"):
+        task, at, weight = part.rpartition("@") if "@" in part else (part, "", "1")
+        try:
+            w = float(weight)
+        except ValueError:
+            w = math.nan
+        if not task.strip() or task != task.strip() or not (math.isfinite(w) and 0 <= w <= 1e6):
+            raise UsageError(f"multitask: {part!r} is not a task: write ID or ID@W (W a share of the rows from 0 to "
+                             f"1e6), tasks joined by '|' (multitask:CartPole-v1|CartPole-v1?length=1.0@2)")
+        tasks.append((task, w))
+    if not 1 <= len(tasks) <= MAX_TASKS or not any(w > 0 for _, w in tasks):
+        raise UsageError(f"multitask: {len(tasks)} tasks, {sum(w > 0 for _, w in tasks)} with rows: give 1 to "
+                         f"{MAX_TASKS} tasks, at least one of weight above 0")
+    return tasks
+
+
+def split_rows(num_envs: int, weights: list[float]) -> list[int]:
+    """Rows per task in proportion to ``weights`` (largest remainders), every task of positive weight at least
+    one row; a batch with fewer rows than such tasks is refused."""
+    live = [i for i, w in enumerate(weights) if w > 0]
+    if num_envs < len(live):
+        raise UsageError(f"multitask: {num_envs} rows cannot hold {len(live)} tasks with rows: give at least one row "
+                         "per task")
+    rows = [0] * len(weights)
+    for i in live:
+        rows[i] = 1
+    spare, total = num_envs - len(live), sum(weights)
+    shares = [spare * w / total for w in weights]
+    for i in live:
+        rows[i] += int(shares[i])
+    order = sorted(live, key=lambda i: (-(shares[i] - int(shares[i])), i))
+    for i in order[:num_envs - sum(rows)]:
+        rows[i] += 1
+    return rows
+
+
+def _layout(env: TensorEnv) -> tuple:
+    inner = env.state.inner
+    return type(inner), tuple((t.dtype, tuple(t.shape[1:])) for t in inner)
+
+
+class MultiTaskEnv(TensorEnv):
+    """Rows of several tensor-env tasks in one batch (see the module docstring).
+
+    Args:
+        tasks: ``"A|B@2|..."`` or a list of ids (equal shares) or ``(id, weight)`` pairs.
+        num_envs: rows in all, split among the tasks in proportion to their weights.
+        task_id: end the observation with the one-hot of the row's task.
+    """
+
+    def __init__(self, tasks: str | list, num_envs: int, device: str | torch.device = "cpu",
+                 seed: int | None = None, *, max_episode_steps: int | None = None, task_id: bool = True,
+                 autoreset: bool = True, validate_actions: bool = True) -> None:
+        from rl_gpu.envs.registry import make, named_ids_only
+
+        parsed = parse_tasks(tasks) if isinstance(tasks, str) else [
+            (t, 1.0) if isinstance(t, str) else (str(t[0]), float(t[1])) for t in tasks]
+        self.task_ids = tuple(t for t, _ in parsed)
+        self.task_weights = tuple(w for _, w in parsed)
+        self.task_rows = tuple(split_rows(num_envs, list(self.task_weights)))
+        self.task_id = task_id
+        children = []
+        with named_ids_only(self.task_ids):  # the whole id was allowed: so are its tasks
+            for task, rows in zip(self.task_ids, self.task_rows):
+                if task.startswith((PREFIX, BLIND_PREFIX)):
+                    raise UsageError(f"multitask: {task!r}: a task cannot itself be several tasks")
+                child = make(task, num_envs=max(rows, 1), device=device, seed=0, validate_actions=False,
+                             autoreset=autoreset)
+                if not isinstance(child, TensorEnv):
+                    raise UsageError(f"multitask: {task!r} is stepped by another library; the tasks of one batch are "
+                                     "tensor environments (registered ids, their parameters and wrappers)")
+                children.append(child)
+        self.tasks = children
+        first = children[0]
+        for task, child in zip(self.task_ids[1:], children[1:]):
+            for what, mine, theirs in (
+                ("observation shape", child.obs_shape, first.obs_shape), ("observation dtype", child.obs_dtype,
+                                                                          first.obs_dtype),
+                ("discrete actions", child.num_actions, first.num_actions),
+                ("action shape", child.action_shape, first.action_shape),
+                ("action bounds", (child.action_low, child.action_high), (first.action_low, first.action_high)),
+                ("time limit", child.max_episode_steps, first.max_episode_steps),
+                ("critic observation", child.critic_obs_shape, first.critic_obs_shape),
+                ("state layout", _layout(child), _layout(first)),
+            ):
+                if mine != theirs:
+                    raise UsageError(f"multitask: {task!r} differs from {self.task_ids[0]!r} in its {what} "
+                                     f"({mine} against {theirs}); the tasks of one batch share what the policy sees "
+                                     "and does and the layout of their state (parameter variants of one environment "
+                                     "do)")
+        if first.num_players > 1 or first.num_agents > 1:
+            raise UsageError(f"multitask: {self.task_ids[0]!r} has several players or agents; the tasks of one batch "
+                             "are single-agent tasks")
+        if task_id and (len(first.obs_shape) != 1 or first.obs_dtype != torch.float32):
+            raise UsageError(f"multitask: the task one-hot joins flat float32 observations, and {self.task_ids[0]!r} "
+                             f"observes {tuple(first.obs_shape)} {first.obs_dtype}; use {BLIND_PREFIX} (no task id in "
+                             "the observation)")
+        k = len(children) if task_id else 0
+        self.obs_shape = (first.obs_shape[0] + k,) if task_id else tuple(first.obs_shape)
+        self.obs_dtype = first.obs_dtype
+        self.num_actions, self.action_shape = first.num_actions, tuple(first.action_shape)
+        self.action_low, self.action_high = tuple(first.action_low), tuple(first.action_high)
+        self.max_episode_steps = first.max_episode_steps if max_episode_steps is None else max_episode_steps
+        self.critic_obs_shape = first.critic_obs_shape
+        self.obs_low, self.obs_high = self._bounds(children, k)
+        self._starts = [sum(self.task_rows[:i]) for i in range(len(children))]
+        self.row_tasks = torch.repeat_interleave(torch.arange(len(children)), torch.tensor(self.task_rows))
+        """``[N]`` int64 (on the CPU): each row's task."""
+        self._last = None
+        super().__init__(num_envs, device, seed, autoreset=autoreset, validate_actions=validate_actions)
+        self._last = torch.zeros(len(children), dtype=torch.float64, device=self.device)
+
+    @staticmethod
+    def _bounds(children: list, k: int) -> tuple:
+        lows, highs = [c.obs_low for c in children], [c.obs_high for c in children]
+        if any(b is None for b in lows + highs):
+            return None, None
+        low = tuple(min(v) for v in zip(*lows)) + (0.0,) * k
+        high = tuple(max(v) for v in zip(*highs)) + (1.0,) * k
+        return low, high
+
+    @property
+    def spec(self):
+        import dataclasses
+
+        return dataclasses.replace(super().spec, has_action_mask=any(c.spec.has_action_mask for c in self.tasks),
+                                   mirror=None)
+
+    # --- the blocks ---------------------------------------------------------------------------------------
+
+    def _blocks(self):
+        """``(task index, child, rows slice)`` of every task with rows."""
+        for i, (child, start, rows) in enumerate(zip(self.tasks, self._starts, self.task_rows)):
+            if rows:
+                yield i, child, slice(start, start + rows)
+
+    def _own(self, s: Any, rows: slice) -> Any:
+        inner_type = type(s).inner_type
+        return inner_type(*(t[rows] for t in s[len(COUNTERS):]))
+
+    def _join(self, parts: list) -> Any:
+        return type(parts[0])(*(torch.cat(ts) for ts in zip(*parts))) if len(parts) > 1 else parts[0]
+
+    def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> Any:
+        if num_envs != sum(self.task_rows):
+            raise ValueError(f"a multitask batch draws starts for its {sum(self.task_rows)} rows, not {num_envs}")
+        inner = self._join([child._sample_initial_state(self.task_rows[i], generator)
+                            for i, child, _ in self._blocks()])
+        zeros = torch.zeros(num_envs, dtype=torch.float64, device=self.device)
+        task = self.row_tasks.to(self.device)
+        return _state_type(type(inner))(task, zeros, zeros, zeros, *inner)
+
+    def _transition(self, s: Any, action: Tensor) -> tuple[Any, Tensor, Tensor]:
+        parts, rewards, ends = [], [], []
+        for _, child, rows in self._blocks():
+            nxt, reward, terminated = child._transition(self._own(s, rows), action[rows])
+            parts.append(nxt)
+            rewards.append(reward)
+            ends.append(terminated)
+        reward = torch.cat(rewards) if len(rewards) > 1 else rewards[0]
+        inner = self._join(parts)
+        return (type(s)(s.task, s.running + reward.double(), s.finished_return, s.finished, *inner), reward,
+                torch.cat(ends) if len(ends) > 1 else ends[0])
+
+    def _carry(self, finished: Any, fresh: Any) -> Any:
+        inner = self._join([child._carry(self._own(finished, rows), self._own(fresh, rows))
+                            for _, child, rows in self._blocks()])
+        # A row whose episode ends here adds it to its task's tally and starts the next from 0.
+        return type(finished)(finished.task, torch.zeros_like(finished.running),
+                              finished.finished_return + finished.running, finished.finished + 1, *inner)
+
+    def _rows_of(self, method: str, s: Any) -> Tensor:
+        parts = [getattr(child, method)(self._own(s, rows)) for _, child, rows in self._blocks()]
+        return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+    def _observe(self, s: Any) -> Tensor:
+        obs = self._rows_of("_observe", s)
+        if not self.task_id:
+            return obs
+        return torch.cat([obs, torch.nn.functional.one_hot(s.task, len(self.tasks)).to(obs.dtype)], -1)
+
+    def _observe_critic(self, s: Any) -> Tensor:
+        return self._rows_of("_observe_critic", s)
+
+    def _legal_actions(self, s: Any) -> Tensor:
+        return self._rows_of("_legal_actions", s)
+
+    # --- statistics ---------------------------------------------------------------------------------------
+
+    def task_stats(self) -> dict[str, Tensor]:
+        """``{"K/return": 0-dim tensor}`` per task K with rows: the mean return of its episodes finished since the
+        last call (the last such mean when none finished: a quiet update is not a missing value); the tallies
+        restart."""
+        s = self.state.inner
+        k = len(self.tasks)
+        sums = torch.zeros(k, dtype=torch.float64, device=self.device).index_add_(0, s.task, s.finished_return)
+        counts = torch.zeros(k, dtype=torch.float64, device=self.device).index_add_(0, s.task, s.finished)
+        self._last = torch.where(counts > 0, sums / counts.clamp(min=1), self._last)
+        zeros = torch.zeros_like(s.running)
+        self.state = self.state._replace(inner=s._replace(finished_return=zeros, finished=zeros))
+        return {f"{i}/return": self._last[i] for i, _, _ in self._blocks()}
+
+    def describe_tasks(self) -> str:
+        return ", ".join(f"{i}: {t} ({n} rows)" for i, (t, n) in enumerate(zip(self.task_ids, self.task_rows)))
+
+
+class BlindMultiTaskEnv(MultiTaskEnv):
+    """``multitask-noid:``: :class:`MultiTaskEnv` without the task's one-hot in the observation."""
+
+    def __init__(self, *args: Any, task_id: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, task_id=task_id, **kwargs)
