@@ -14,6 +14,7 @@ COMMANDS = {
     "export": "a checkpoint's policy as ONNX or TorchScript",
     "bench": "throughput of env steps, rollouts and training over N (transitions/s)",
     "tune": "search hyper-parameters with Optuna (a study in SQLite that a second run continues)",
+    "continual": "train one policy on tasks in turn and measure what it forgets",
 }
 
 USAGE = "usage: rl-gpu {" + ",".join(COMMANDS) + "} [--help] [--version] ...\n\n" + "\n".join(
@@ -47,6 +48,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
         from rl_gpu.cli.bench import main as run
     elif command == "tune":
         from rl_gpu.cli.tune import main as run
+    elif command == "continual":
+        from rl_gpu.cli.continual import main as run
     else:
         print(f"rl-gpu: error: unknown command {command!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ import contextlib
 import functools
 from decimal import Decimal, InvalidOperation
 import io
+import json
 import os
 import re
 import sys
@@ -17,6 +18,8 @@ from typing import Callable, Sequence, TypeVar
 
 import tyro
 from tyro.constructors import ConstructorRegistry, PrimitiveConstructorSpec
+
+from rl_gpu.core.errors import UsageError
 
 T = TypeVar("T")
 
@@ -238,3 +241,19 @@ def check_trusted_env(env_id: object, checkpoint: Path, trust_env: str | None) -
                          "it names that recorded id, to allow importing its module")
     check_may_import(env_id, str(checkpoint), "--trust-env")
 
+
+
+def settings_of(items: Sequence[str], flag: str) -> dict:
+    """``NAME=VALUE`` items (a command's ``--fixed``) as ``rl_gpu.train`` overrides: VALUE read as JSON (a list
+    becomes a tuple), else kept as text."""
+    out = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise UsageError(f"{flag} {item!r}: give NAME=VALUE, such as num_envs=64")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        out[name] = tuple(value) if isinstance(value, list) else value
+    return out

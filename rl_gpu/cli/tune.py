@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import json
 import math
 import os
 import sys
@@ -34,7 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Literal
 
-from rl_gpu.cli.parsing import fail, parse, quiet_broken_pipe
+from rl_gpu.cli.parsing import fail, parse, quiet_broken_pipe, settings_of
 from rl_gpu.cli.tune_trials import GRACE_SECONDS, HEARTBEAT_SECONDS, Pruning, SweepInterrupted, trial_score
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name
@@ -92,17 +91,7 @@ class TuneConfig:
 
     def fixed_settings(self) -> dict:
         """``--fixed`` as ``rl_gpu.train`` overrides."""
-        out = {}
-        for item in self.fixed:
-            name, sep, text = item.partition("=")
-            if not sep or not name.isidentifier():
-                raise UsageError(f"--fixed {item!r}: give NAME=VALUE, such as num_envs=64")
-            try:
-                value = json.loads(text)
-            except ValueError:
-                value = text
-            out[name] = tuple(value) if isinstance(value, list) else value
-        return out
+        return settings_of(self.fixed, "--fixed")
 
     @property
     def space(self):

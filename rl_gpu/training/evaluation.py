@@ -110,7 +110,7 @@ class EvalResult:
                 f"mean length {self.mean_length:.1f}" + (f"; {self.success_line()}" if self.successes is not None
                                                          else "")
             ) + "".join(f"\n  task {i} {t['task']}: mean return {t['mean_return']:.2f} ± {t['return_ci']:.2f} over "
-                        f"{t['episodes']} episodes" for i, t in enumerate(self.tasks or ()))
+                        f"{t['episodes']} episodes" for i, t in enumerate(self.tasks or ()) if t["episodes"])
         # The game's own units first (chips for poker): a win rate alone hides how much each game wins or loses.
         lines = [
             f"mean return {self.mean_return:+.4f} ± {self.return_ci:.4f} (95% CI) per game; "
@@ -136,6 +136,7 @@ def evaluate_policy(
     opponent: Actor | None = None,
     deterministic: bool = False,
     gather: Callable[..., tuple[Tensor, ...]] | None = None,
+    success_return: float | None = None,
 ) -> EvalResult:
     """Play ``episodes`` complete episodes of fresh environments and summarise the learner's results.
 
@@ -150,6 +151,8 @@ def evaluate_policy(
         gather: ``gather(returns, lengths, seats, successes)`` (``[E]`` each, ``successes`` ``[R]``: each round's
             count of episodes that ended in the task's success) -> every process's together (torchrun), so the
             result is that of all of them.
+        success_return: count an episode whose return reaches this as a success (``successes``), for a task
+            without a success of its own.
     """
     if episodes <= 0:
         raise ValueError(f"episodes must be positive, got {episodes}")
@@ -207,7 +210,8 @@ def evaluate_policy(
         episodes=episodes, wins=wins, win_rate=wins / episodes, ci_low=lo, ci_high=hi,
         mean_return=float(ret.mean()), return_ci=1.959964 * std / math.sqrt(episodes),
         mean_length=float(length.mean()), seats=seat_results, seed=seed, deterministic=deterministic,
-        num_players=players, successes=int(round(float(success.sum()))) if success_counts else None,
+        num_players=players, successes=(int((ret >= success_return).sum()) if success_return is not None
+                                        else int(round(float(success.sum()))) if success_counts else None),
         tasks=None if task_ids is None else per_task(ret, task, task_ids),
     )
 

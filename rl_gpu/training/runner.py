@@ -67,8 +67,7 @@ from rl_gpu.training.preflight import check_agents, check_env_id, check_env_and_
 from rl_gpu.training.run_dir import check_run_dirs, discarded_unless_started, prepare_run_dir
 from rl_gpu.training.run_logger import RunLogger
 from rl_gpu.training.run_state import RunState
-from rl_gpu.training.seed_summary import describe as describe_seeds
-from rl_gpu.training.seed_summary import seed_summary
+from rl_gpu.training.seed_summary import describe as describe_seeds, seed_summary
 from rl_gpu.training.signals import Stopped, StopRequest
 
 
@@ -145,10 +144,9 @@ class Trainer(CheckpointMixin):
         """``global_step`` kept on the device by :meth:`train_one_update` (with a step budget), for the schedules."""
 
     def _compile_mode(self, config: TrainConfig) -> str:
-        """The loop's compile mode on this device. ``auto`` with a policy with memory is eager (its compiled and
-        captured modes are taken when asked for: they have not been measured on a GPU yet); ``auto`` with
-        ``--async`` or ``--double-buffer`` on CUDA is Inductor, since one CUDA graph cannot be replayed by two
-        threads at once."""
+        """The loop's compile mode on this device. ``auto``: eager with memory (its compiled and captured modes,
+        taken when asked for, are unmeasured on a GPU); Inductor with ``--async``/``--double-buffer`` on CUDA
+        (one CUDA graph cannot be replayed by two threads at once)."""
         if config.uses_memory and config.compile == "auto":
             return "off"
         mode = resolve_compile(ranks.resolve_compile(config.compile, self.device), self.device)
@@ -427,14 +425,14 @@ class Trainer(CheckpointMixin):
 
 
 def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None,
-          display: str = "auto", measure: Callable | None = None,
-          callbacks: Iterable[CallbackLike] = ()) -> list[RunResult]:
-    """Run every seed of ``config``; each writes ``OUTPUT/seed-N/``, and a run of several seeds that all
-    finish writes ``OUTPUT/summary.json`` (:mod:`rl_gpu.training.seed_summary`). Input errors raise
-    :class:`UsageError` before anything is written. A stop signal or ``stop_after`` ends the call after the
-    current seed's checkpoint; the remaining seeds are not started (a stop between two seeds is reported as
-    an ``interrupted`` result for the seed that was next, with no directory). ``callbacks`` answer each seed's
-    events (:mod:`rl_gpu.training.events`); one that asks to stop pauses the run like ``stop_after``."""
+          display: str = "auto", measure: Callable | None = None, callbacks: Iterable[CallbackLike] = (),
+          prepare_trainer: Callable[[Trainer], None] | None = None) -> list[RunResult]:
+    """Run every seed of ``config``; each writes ``OUTPUT/seed-N/``, and a run of several seeds that all finish
+    writes ``OUTPUT/summary.json`` (:mod:`rl_gpu.training.seed_summary`). Input errors raise :class:`UsageError`
+    before anything is written. A stop signal or ``stop_after`` ends the call after the current seed's checkpoint
+    (a stop between two seeds: an ``interrupted`` result for the next seed, with no directory). ``callbacks``
+    answer each seed's events (:mod:`rl_gpu.training.events`; one that asks to stop pauses the run like
+    ``stop_after``); ``prepare_trainer(trainer)`` is called before each seed runs (a task sequence's phase)."""
     log = ranks.rank_log(log)
     callbacks = check_callbacks(callbacks)
     with ranks.agreed_errors(config):  # under torchrun: every process checks before rank 0 writes anything
@@ -458,6 +456,8 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, stop_after: i
                                          f"received before seed {seed} started", {}, stop.signum))
                 break
             trainer = Trainer(config, seed, run_dir, log, display, measure, callbacks)
+            if prepare_trainer is not None:
+                prepare_trainer(trainer)
             multi_player = trainer.goal.multi_player
             if is_main_process():
                 prepare_run_dir(run_dir, config.overwrite)

@@ -20,6 +20,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
+from rl_gpu.algos.anchor import Anchor
 from rl_gpu.algos.optim import clip_global_grad_norm, clip_grad_norm, set_learning_rate, undoable_step
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS, MinibatchScale, explained_variance, minibatch_scale, ppo_loss
@@ -136,6 +137,8 @@ class UpdateUnits:
         self.max_steps: int | None = None
         """Optimizer steps the next update may take, in order; the rest are dropped as too stale
         (``max_policy_lag``). None: all ``update_epochs * num_minibatches``."""
+        self.anchor: Anchor | None = None
+        """Set in a task sequence (L2, EWC): its penalty's gradient joins each step's (:mod:`rl_gpu.algos.anchor`)."""
         self.kl_schedule: LRSchedule | None = None
         """Set for ``--lr-schedule adaptive-kl``: each minibatch's KL steers the learning rate before its step."""
         self.policy = policy
@@ -162,6 +165,8 @@ class UpdateUnits:
 
     def step(self, keep: Tensor | None) -> Tensor:
         if self.scaler is None:
+            if self.anchor is not None:
+                self.anchor.add_grad()
             grad_norm = clip_global_grad_norm(self.params, self.config.max_grad_norm)
             undoable_step(self.optimizer, self.params, keep)
             return grad_norm
@@ -169,6 +174,8 @@ class UpdateUnits:
         grads = [p.grad for p in self.params if p.grad is not None]
         all_reduce_grads_(grads)
         finite = self.scaler.unscale(grads)
+        if self.anchor is not None:
+            self.anchor.add_grad()
         grad_norm = clip_grad_norm(grads, self.config.max_grad_norm)
         undoable_step(self.optimizer, self.params, finite if keep is None else keep & finite)
         self.scaler.update(finite)

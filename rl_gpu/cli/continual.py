@@ -1,0 +1,115 @@
+"""``rl-gpu continual``: one policy trained on a sequence of tasks, with forgetting measured.
+
+Each phase is an ``rl-gpu train`` run of ``--steps-per-task`` steps on one task (``OUTPUT/phase-I/seed-S/``) that
+starts from the policy the previous phase ended with; after each phase every task is evaluated. Writes
+``OUTPUT/continual-seed-S.json`` (the task x phase performance matrix, average performance, forgetting, forward
+transfer), ``OUTPUT/continual.json`` (each measure's mean and interval over the seeds) and ``OUTPUT/matrix.png``
+(:mod:`rl_gpu.training.continual`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Literal
+
+from rl_gpu.cli.parsing import fail, parse, settings_of
+from rl_gpu.core.errors import UsageError
+
+PROG = "rl-gpu continual"
+
+
+@dataclasses.dataclass(frozen=True)
+class ContinualConfig:
+    """Train one policy on tasks in turn (a task sequence) and measure what it forgets: each task is evaluated after
+    every phase, by the share of episodes whose return reaches the task's success return."""
+
+    tasks: tuple[str, ...] = ()
+    """the tasks in the order trained, environment ids of one observation and action space (parameter variants of
+    one environment, wrappers: CartPole-v1 'CartPole-v1?action_perm=1,0' 'CartPole-v1?length=1.0')"""
+    steps_per_task: int = 200_000
+    """environment steps of each phase"""
+    method: Literal["finetune", "l2", "ewc", "rehearsal"] = "finetune"
+    """finetune: nothing held; l2 / ewc: a penalty toward the parameters that ended the previous task (EWC weighs
+    each by the Fisher information of the earlier tasks); rehearsal: --rehearsal-share of every batch's rows play
+    the earlier tasks"""
+    anchor_coef: float = 1.0
+    """the l2 / ewc penalty's coefficient"""
+    rehearsal_share: float = 0.25
+    """rehearsal: the share of rows on the earlier tasks (split equally among them)"""
+    task_id: bool = True
+    """the policy sees the one-hot of the task (--no-task-id: it must tell the tasks apart itself)"""
+    success_return: float | None = None
+    """an episode succeeds when its return reaches this; None: the first task's preset goal (CartPole: 475)"""
+    eval_episodes: int = 200
+    """episodes per task in each evaluation of the sequence"""
+    fisher_states: int = 512
+    """ewc: states of each task at which the Fisher information is estimated"""
+    algo: str = "ppo"
+    """the training algorithm (l2 and ewc hold PPO's updates)"""
+    seeds: tuple[int, ...] = (1,)
+    """one sequence per seed; several give each measure's interval"""
+    output: Path = Path("artifacts/continual")
+    """folder of the runs (phase-I/seed-S/), the records and the matrix plot"""
+    overwrite: bool = False
+    """replace existing phase runs and records"""
+    fixed: tuple[str, ...] = ()
+    """training settings of every phase, over the first task's preset, as NAME=VALUE (rl-gpu train's flags with
+    underscores: --fixed num_envs=64 learning_rate=0.001)"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto: CUDA when available, else CPU"""
+    threads: int = 1
+    """torch intra-op CPU threads"""
+
+
+def _sequence(cfg: ContinualConfig):
+    from rl_gpu.training.continual import Sequence
+
+    if not 1 <= cfg.steps_per_task <= 10**12:
+        raise UsageError(f"--steps-per-task must be between 1 and 10**12, got {cfg.steps_per_task}")
+    if not 1 <= cfg.eval_episodes <= 10**6 or not 1 <= cfg.fisher_states <= 10**6:
+        raise UsageError("--eval-episodes and --fisher-states must be between 1 and 10**6")
+    if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds) or not all(0 <= s < 2**63 for s in cfg.seeds):
+        raise UsageError(f"--seeds: distinct seeds from 0 to 2**63 - 1, got {cfg.seeds}")
+    return Sequence(cfg.tasks, cfg.steps_per_task, cfg.method, cfg.anchor_coef, cfg.rehearsal_share, cfg.task_id,
+                    cfg.success_return, cfg.eval_episodes, cfg.fisher_states)
+
+
+def run(cfg: ContinualConfig) -> int:
+    from rl_gpu.cli.api import build_config
+    from rl_gpu.runtime.files import atomic_write_json
+    from rl_gpu.training import continual
+    from rl_gpu.training.runner import train
+
+    seq = _sequence(cfg)
+    fixed = settings_of(cfg.fixed, "--fixed")
+    for name in ("total_timesteps", "seeds", "seed", "output", "env", "algo"):
+        if name in fixed:
+            raise UsageError(f"--fixed {name}: the sequence sets it (--steps-per-task, --seeds, --output, --tasks)")
+
+    def build(env_id: str, output: Path, seed: int):
+        return build_config(env_id, cfg.algo, cfg.steps_per_task, output=output, seed=seed, device=cfg.device,
+                            threads=cfg.threads, quiet=True, overwrite=cfg.overwrite, **fixed)
+
+    records = [continual.run_sequence(seq, build, cfg.output, seed, train) for seed in cfg.seeds]
+    summary = continual.across_seeds(records)
+    atomic_write_json(cfg.output / "continual.json", {"tasks": list(seq.tasks), "method": seq.method,
+                                                      "seeds": list(cfg.seeds), **summary})
+    plotted = continual.write_plot(records, cfg.output / "matrix.png", seq.tasks)
+    print(f"{seq.method} over {len(records)} seed(s): {continual.describe(summary)}")
+    print(f"records: {cfg.output / 'continual.json'}" + (f", plot: {cfg.output / 'matrix.png'}" if plotted else ""))
+    return 0
+
+
+def main(argv=None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    cfg = parse(ContinualConfig, PROG, args)
+    try:
+        return run(cfg)
+    except UsageError as e:
+        fail(PROG, str(e))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; finished phases are kept in {cfg.output}", file=sys.stderr)
+        return 130
+    return 0

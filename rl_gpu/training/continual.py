@@ -1,0 +1,232 @@
+"""Task sequences: one policy trained on tasks in turn, every task evaluated after each phase, forgetting measured.
+
+Phase ``i`` trains the policy that ended phase ``i - 1`` on task ``i`` for ``steps_per_task`` steps: an ordinary run
+(``OUTPUT/phase-I/seed-S/``, its own checkpoints, metrics and summary) of the batch ``multitask:T0@0|...|Ti@1|...``:
+every task keeps its slot in the observation's task one-hot (``task_id``), only task ``i`` has rows (the method
+``rehearsal`` keeps a share of the rows on the earlier tasks). After each phase the policy that ended it (not the
+phase's best.pt: a sequence goes on from where training stopped) plays every task, deterministically, on fresh
+seeds; its **performance** on a task is the share of episodes whose return reaches the task's success return.
+
+With ``p[i][j]`` the performance on task ``j`` after phase ``i`` (``p[-1]``: before any training), the measures of
+Continual World (Wolczyk et al. 2021) and GEM (Lopez-Paz and Ranzato 2017):
+
+- average performance ``A = mean_j p[K-1][j]`` (every task, at the end);
+- forgetting ``F_j = p[j][j] - p[K-1][j]`` for ``j < K - 1``, and ``F`` their mean;
+- forward transfer ``FT_j = p[j-1][j] - p[-1][j]`` for ``j > 0`` (what the earlier tasks did for task ``j`` before it
+  was trained on; Continual World's form, the area under the training curve against a run from scratch, needs
+  those runs and is not computed here).
+
+Methods (:data:`rl_gpu.algos.anchor.METHODS`): ``finetune`` (nothing held), ``l2`` and ``ewc`` (a penalty toward
+the parameters that ended the previous phase, :mod:`rl_gpu.algos.anchor`; EWC's Fisher summed over the earlier
+tasks, estimated at ``fisher_states`` states of each), ``rehearsal`` (a share of every batch's rows plays the earlier
+tasks: on-policy replay).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from rl_gpu.algos.anchor import METHODS, fisher_diagonal, make_anchor
+from rl_gpu.core.errors import UsageError
+from rl_gpu.core.seeding import derive_seed
+from rl_gpu.envs.multitask import BLIND_PREFIX, PREFIX
+from rl_gpu.envs.registry import make
+from rl_gpu.runtime.files import atomic_write_json
+from rl_gpu.training.config import TrainConfig
+from rl_gpu.training.evaluation import evaluate_policy
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """What a task sequence runs (the training settings of each phase are a :class:`TrainConfig`)."""
+
+    tasks: tuple[str, ...]
+    steps_per_task: int
+    method: str = "finetune"
+    anchor_coef: float = 1.0
+    rehearsal_share: float = 0.25
+    task_id: bool = True
+    success_return: float | None = None
+    eval_episodes: int = 200
+    fisher_states: int = 512
+
+    def __post_init__(self) -> None:
+        if not 2 <= len(self.tasks) <= 64:
+            raise UsageError(f"--tasks: give 2 to 64 tasks in order, got {len(self.tasks)}")
+        if any("|" in t or "@" in t or not t.strip() for t in self.tasks):
+            raise UsageError("--tasks: each task is one environment id (no '|' or '@'; they join tasks in a batch)")
+        if self.method not in METHODS:
+            raise UsageError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        for flag, value, low, high in (("--anchor-coef", self.anchor_coef, 0.0, 1e9),
+                                       ("--rehearsal-share", self.rehearsal_share, 0.0, 0.9)):
+            if not (math.isfinite(value) and low <= value <= high):
+                raise UsageError(f"{flag} must be between {low:g} and {high:g}, got {value!r}")
+        if self.success_return is not None and not math.isfinite(self.success_return):
+            raise UsageError(f"--success-return must be a finite return, got {self.success_return!r}")
+
+    def batch_id(self, weights: list[float]) -> str:
+        prefix = PREFIX if self.task_id else BLIND_PREFIX
+        return prefix + "|".join(f"{t}@{w:g}" for t, w in zip(self.tasks, weights))
+
+    def phase_id(self, i: int) -> str:
+        """The batch phase ``i`` trains on."""
+        weights = [0.0] * len(self.tasks)
+        if self.method == "rehearsal" and i > 0:
+            weights[:i] = [self.rehearsal_share / i] * i
+            weights[i] = 1.0 - self.rehearsal_share
+        else:
+            weights[i] = 1.0
+        return self.batch_id(weights)
+
+    def task_only(self, j: int) -> str:
+        """Task ``j`` alone (the same observation as in training)."""
+        return self.batch_id([1.0 if k == j else 0.0 for k in range(len(self.tasks))])
+
+
+def measures(p: list[list[float]], initial: list[float]) -> dict:
+    """Average performance, forgetting and forward transfer of the matrix ``p[i][j]`` (module docstring)."""
+    k = len(p)
+    forgetting = [p[j][j] - p[k - 1][j] for j in range(k - 1)]
+    transfer = [p[j - 1][j] - initial[j] for j in range(1, k)]
+    return {"average_performance": statistics.fmean(p[k - 1]), "forgetting": statistics.fmean(forgetting),
+            "forgetting_per_task": forgetting, "forward_transfer": statistics.fmean(transfer),
+            "forward_transfer_per_task": transfer, "final_task_performance": p[k - 1][k - 1]}
+
+
+def performance(policy, env_id: str, device: torch.device, episodes: int, seed: int, threshold: float) -> dict:
+    """The policy's share of ``episodes`` fresh episodes of ``env_id`` (one task) whose return reaches
+    ``threshold``, and its mean return."""
+    result = evaluate_policy(policy, lambda n, s: make(env_id, num_envs=n, device=device, seed=s), episodes, seed,
+                             deterministic=True, success_return=threshold)
+    return {"success": result.successes / result.episodes, "mean_return": result.mean_return}
+
+
+def _states(policy, env_id: str, device: torch.device, count: int, seed: int):
+    """``count`` states the policy visits on ``env_id`` (its own actions, sampled), with their action masks."""
+    rows = min(count, 64)
+    env = make(env_id, num_envs=rows, device=device, seed=seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    step = env.reset(seed=seed)
+    obs, masks = [], []
+    with torch.no_grad():
+        while sum(o.shape[0] for o in obs) < count:
+            obs.append(step.obs)
+            masks.append(step.action_mask)
+            step = env.step(policy.act(step.obs, step.action_mask, generator).action)
+    return torch.cat(obs)[:count], torch.cat(masks)[:count]
+
+
+def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], output: Path, seed: int,
+                 train: Callable, log: Callable[[str], None] = print) -> dict:
+    """Train ``seq``'s phases for one seed; ``build(env_id, run_output, seed)`` is a phase's configuration and
+    ``train(config, prepare_trainer=...)`` runs it (:func:`rl_gpu.training.runner.train`) in
+    ``OUTPUT/phase-I/seed-S/``. Writes ``OUTPUT/continual-seed-S.json`` and returns its record."""
+    k = len(seq.tasks)
+    state: dict = {"policy": None, "fisher": None}
+    matrix: list[list[float]] = []
+    returns: list[list[float]] = []
+    initial: list[float] = []
+    phases = []
+    for i in range(k):
+        config = build(seq.phase_id(i), output / f"phase-{i}", seed)
+        threshold = seq.success_return if seq.success_return is not None else config.solve_threshold
+        if threshold is None:
+            raise UsageError(f"{seq.tasks[0]!r} has no success return in its preset: give --success-return")
+        # Every phase takes its whole budget: a goal met early does not end it.
+        config = dataclasses.replace(config, solve_threshold=None, max_updates=10**9)
+        trainers = []
+
+        def prepare(trainer, i=i) -> None:
+            policy = trainer.algo.policy
+            if state["policy"] is not None:
+                policy.load_state_dict(state["policy"])
+                trainer.initial_policy = trainer.algo.initial_policy()
+            if seq.method in ("l2", "ewc") and state["fisher"] is not None:
+                units = getattr(trainer.algo, "units", None)
+                if units is None:
+                    raise UsageError(f"--method {seq.method}: {config.algo} takes no penalty; l2 and ewc hold PPO's "
+                                     "updates (--algo ppo)")
+                units.anchor = make_anchor(seq.method, policy, seq.anchor_coef, state["fisher"])
+            trainers.append(trainer)
+
+        results = train(config, prepare_trainer=prepare)
+        if not results or not results[-1].finished:
+            raise UsageError(f"phase {i} ({seq.tasks[i]}) did not finish: {results[-1].reason if results else ''}")
+        trainer = trainers[-1]
+        policy = trainer.algo.policy
+        if i == 0:
+            first = trainer.initial_policy
+            initial = [performance(first, seq.task_only(j), trainer.device, seq.eval_episodes,
+                                   derive_seed(seed, f"continual-initial-{j}"), threshold)["success"]
+                       for j in range(k)]
+        row = [performance(policy, seq.task_only(j), trainer.device, seq.eval_episodes,
+                           derive_seed(seed, f"continual-{i}-{j}"), threshold) for j in range(k)]
+        matrix.append([r["success"] for r in row])
+        returns.append([r["mean_return"] for r in row])
+        log(f"[seed {seed}] after phase {i} ({seq.tasks[i]}): success "
+            + " ".join(f"{v:.2f}" for v in matrix[-1]) + "  mean return " + " ".join(f"{v:.1f}" for v in returns[-1]))
+        state["policy"] = {name: t.detach().clone() for name, t in policy.state_dict().items()}
+        if seq.method == "ewc" and i < k - 1:
+            obs, masks = _states(policy, seq.task_only(i), trainer.device, seq.fisher_states,
+                                 derive_seed(seed, f"fisher-{i}"))
+            fisher = fisher_diagonal(policy, obs, masks, torch.Generator(device=trainer.device).manual_seed(seed))
+            state["fisher"] = fisher if state["fisher"] is None else [a + b for a, b in zip(state["fisher"], fisher)]
+        elif seq.method == "l2" and i < k - 1 and state["fisher"] is None:
+            # L2 holds the actor's parameters: the Fisher's support, from a few states.
+            obs, masks = _states(policy, seq.task_only(i), trainer.device, 8, derive_seed(seed, f"fisher-{i}"))
+            state["fisher"] = fisher_diagonal(policy, obs, masks, torch.Generator(device=trainer.device))
+        phases.append({"phase": i, "task": seq.tasks[i], "env": config.env, "run_dir": str(trainer.run_dir),
+                       "train_seconds": trainer.state.train_seconds})
+    record = {"seed": seed, **asdict(seq), "success_return": threshold, "initial": initial, "performance": matrix,
+              "mean_return": returns, "phases": phases, **measures(matrix, initial)}
+    atomic_write_json(output / f"continual-seed-{seed}.json", record)
+    return record
+
+
+def across_seeds(records: list[dict]) -> dict:
+    """Each measure's mean and 95% interval half-width over seeds (t-free normal approximation, n >= 2)."""
+    out = {}
+    for name in ("average_performance", "forgetting", "forward_transfer", "final_task_performance"):
+        values = [r[name] for r in records]
+        sd = statistics.stdev(values) if len(values) > 1 else 0.0
+        out[name] = {"mean": statistics.fmean(values), "ci95": 1.959964 * sd / math.sqrt(len(values)),
+                     "values": values}
+    return out
+
+
+def describe(summary: dict) -> str:
+    return "  ".join(f"{name.replace('_', ' ')} {v['mean']:.3f} ± {v['ci95']:.3f}" for name, v in summary.items())
+
+
+def write_plot(records: list[dict], path: Path, tasks: tuple[str, ...]) -> bool:
+    """The task x phase performance matrix (mean over seeds) as a PNG; False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    k = len(tasks)
+    mean = [[statistics.fmean(r["performance"][i][j] for r in records) for j in range(k)] for i in range(k)]
+    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * k, 1.2 + 0.9 * k))
+    ax.imshow(mean, vmin=0, vmax=1, cmap="viridis")
+    for i in range(k):
+        for j in range(k):
+            ax.text(j, i, f"{mean[i][j]:.2f}", ha="center", va="center", color="w" if mean[i][j] < 0.6 else "k")
+    ax.set_xticks(range(k), [f"task {j}" for j in range(k)])
+    ax.set_yticks(range(k), [f"after {i}" for i in range(k)])
+    ax.set_title(f"success, mean of {len(records)} seed(s)")
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp")
+    fig.savefig(tmp, format="png")
+    plt.close(fig)
+    tmp.replace(path)
+    return True
