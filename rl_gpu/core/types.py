@@ -128,6 +128,9 @@ class EnvSpec:
     mirror: Mirror | None = None
     """The task's left-right symmetry, when it declares one (PPO's ``--symmetry`` learns from mirrored
     rollouts)."""
+    num_tasks: int = 0
+    """K > 0: a batch of K tasks whose observation ends with the one-hot of each row's task
+    (:mod:`rl_gpu.envs.multitask`), which a multi-head policy reads to choose its head; 0 otherwise."""
 
     def __post_init__(self) -> None:
         if not self.obs_groups:

@@ -63,22 +63,19 @@ def parse_tasks(text: str) -> list[tuple[str, float]]:
 
 
 def split_rows(num_envs: int, weights: list[float]) -> list[int]:
-    """Rows per task in proportion to ``weights`` (largest remainders), every task of positive weight at least
-    one row; a batch with fewer rows than such tasks is refused."""
+    """Rows per task in proportion to ``weights`` (largest remainders, ties to the first task), every task of
+    positive weight at least one row; fewer rows than such tasks (a probe of one row): one each to the first."""
     live = [i for i, w in enumerate(weights) if w > 0]
     if num_envs < len(live):
-        raise UsageError(f"multitask: {num_envs} rows cannot hold {len(live)} tasks with rows: give at least one row "
-                         "per task")
-    rows = [0] * len(weights)
-    for i in live:
-        rows[i] = 1
-    spare, total = num_envs - len(live), sum(weights)
-    shares = [spare * w / total for w in weights]
-    for i in live:
-        rows[i] += int(shares[i])
-    order = sorted(live, key=lambda i: (-(shares[i] - int(shares[i])), i))
-    for i in order[:num_envs - sum(rows)]:
+        return [1 if i in live[:num_envs] else 0 for i in range(len(weights))]
+    shares = [num_envs * w / sum(weights) for w in weights]
+    rows = [int(x) for x in shares]
+    for i in sorted(live, key=lambda i: (-(shares[i] - rows[i]), i))[:num_envs - sum(rows)]:
         rows[i] += 1
+    for i in live:  # a task too light for a row of its own takes one from the largest
+        if rows[i] == 0:
+            rows[max(range(len(rows)), key=lambda j: rows[j])] -= 1
+            rows[i] = 1
     return rows
 
 
@@ -99,7 +96,7 @@ class MultiTaskEnv(TensorEnv):
     def __init__(self, tasks: str | list, num_envs: int, device: str | torch.device = "cpu",
                  seed: int | None = None, *, max_episode_steps: int | None = None, task_id: bool = True,
                  autoreset: bool = True, validate_actions: bool = True) -> None:
-        from rl_gpu.envs.registry import make, named_ids_only
+        from rl_gpu.envs.registry import env_class, make, named_ids_only
 
         parsed = parse_tasks(tasks) if isinstance(tasks, str) else [
             (t, 1.0) if isinstance(t, str) else (str(t[0]), float(t[1])) for t in tasks]
@@ -112,12 +109,12 @@ class MultiTaskEnv(TensorEnv):
             for task, rows in zip(self.task_ids, self.task_rows):
                 if task.startswith((PREFIX, BLIND_PREFIX)):
                     raise UsageError(f"multitask: {task!r}: a task cannot itself be several tasks")
-                child = make(task, num_envs=max(rows, 1), device=device, seed=0, validate_actions=False,
-                             autoreset=autoreset)
-                if not isinstance(child, TensorEnv):
+                cls = env_class(task)
+                if not (isinstance(cls, type) and issubclass(cls, TensorEnv)):
                     raise UsageError(f"multitask: {task!r} is stepped by another library; the tasks of one batch are "
                                      "tensor environments (registered ids, their parameters and wrappers)")
-                children.append(child)
+                children.append(make(task, num_envs=max(rows, 1), device=device, seed=0, validate_actions=False,
+                                     autoreset=autoreset))
         self.tasks = children
         first = children[0]
         for task, child in zip(self.task_ids[1:], children[1:]):
@@ -172,7 +169,7 @@ class MultiTaskEnv(TensorEnv):
         import dataclasses
 
         return dataclasses.replace(super().spec, has_action_mask=any(c.spec.has_action_mask for c in self.tasks),
-                                   mirror=None)
+                                   mirror=None, num_tasks=len(self.tasks) if self.task_id else 0)
 
     # --- the blocks ---------------------------------------------------------------------------------------
 

@@ -147,3 +147,15 @@ register_policy_kind(PolicyKind(
      "lora_rank": int},
     ("vocab_size", "prompt_length", "response_length"), "discrete", "rl_gpu.nn.transformer:transformer_for_env",
     "decoder-only transformer over a text environment's token buffer, with a key-value cache (rl_gpu.envs.text)"))
+register_policy_kind(PolicyKind(
+    "multihead", "rl_gpu.nn.multihead:MultiHeadActorCritic",
+    {"obs_dim": int, "num_actions": int, "num_tasks": int, "hidden_sizes": list, "normalize_obs": bool,
+     "critic_obs_dim": int},
+    ("obs_dim", "num_actions", "num_tasks"), "any", "rl_gpu.nn.multihead:multihead_for_env",
+    "one actor head per task of a multitask: batch (categorical; multihead_gaussian for continuous actions)"))
+register_policy_kind(PolicyKind(
+    "multihead_gaussian", "rl_gpu.nn.multihead:MultiHeadGaussianActorCritic",
+    {"obs_dim": int, "action_dim": int, "num_tasks": int, "hidden_sizes": list, "normalize_obs": bool,
+     "init_log_std": float, "critic_obs_dim": int},
+    ("obs_dim", "action_dim", "num_tasks"), "continuous", "rl_gpu.nn.multihead:multihead_for_env",
+    "Gaussian actor-critic with one mean head per task of a multitask: batch (--policy multihead on them)"))

@@ -100,7 +100,10 @@ def check_autoreset(
             rows=~done,
         )
         compare(check, "state.done", state.done, torch.zeros(num_envs, dtype=torch.bool), step=step)
-        compare_restarted(check, "reset", state, fresh.state, env, step=step, rows=done)
+        # A restarted row holds the fresh start as the environment carries it over from the episode that ended
+        # (_carry: a curriculum's level, a batch's per-task tallies); the twin holds that ended episode.
+        carried = fresh.state._replace(inner=env._carry(twin.state.inner, fresh.state.inner))
+        compare_restarted(check, "reset", state, carried, env, step=step, rows=done)
         now = env.observe()
         for name in AFTER_RESET_FIELDS:
             compare(check, name, getattr(result, name), getattr(now, name), step=step)

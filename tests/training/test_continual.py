@@ -1,0 +1,119 @@
+"""Task sequences (rl_gpu.training.continual, rl-gpu continual): the measures against hand-computed values, the L2
+and EWC penalties (value, gradient, Fisher) against autograd, the phases' batches, and a short sequence through
+the CLI that writes its records and refuses bad input in one line."""
+
+import json
+
+import pytest
+import torch
+
+from rl_gpu.algos.anchor import Anchor, fisher_diagonal, make_anchor
+from rl_gpu.nn.actor_critic import ActorCritic
+from rl_gpu.training.continual import Sequence, across_seeds, measures
+
+TASKS = ("CartPole-v1", "CartPole-v1?action_perm=1,0", "CartPole-v1?length=1.0")
+
+
+def test_measures_follow_their_definitions():
+    p = [[0.9, 0.1, 0.5],
+         [0.2, 0.8, 0.4],
+         [0.6, 0.3, 0.7]]
+    m = measures(p, initial=[0.0, 0.0, 0.1])
+    assert m["average_performance"] == pytest.approx((0.6 + 0.3 + 0.7) / 3)
+    assert m["forgetting_per_task"] == pytest.approx([0.9 - 0.6, 0.8 - 0.3])
+    assert m["forward_transfer_per_task"] == pytest.approx([0.1 - 0.0, 0.4 - 0.1])
+    assert m["final_task_performance"] == 0.7
+    summary = across_seeds([m, {**m, "forgetting": m["forgetting"] + 0.2}])
+    assert summary["forgetting"]["mean"] == pytest.approx(m["forgetting"] + 0.1)
+    assert summary["forgetting"]["ci95"] == pytest.approx(1.959964 * (0.2 / 2 ** 0.5) / 2 ** 0.5)
+
+
+def test_phases_train_one_task_or_rehearse_the_earlier_ones():
+    seq = Sequence(TASKS, 1000)
+    assert seq.phase_id(1) == "multitask:CartPole-v1@0|CartPole-v1?action_perm=1,0@1|CartPole-v1?length=1.0@0"
+    rehearse = Sequence(TASKS, 1000, method="rehearsal", rehearsal_share=0.2)
+    assert rehearse.phase_id(2).endswith("CartPole-v1@0.1|CartPole-v1?action_perm=1,0@0.1|CartPole-v1?length=1.0@0.8")
+    assert Sequence(TASKS, 1000, task_id=False).task_only(0).startswith("multitask-noid:CartPole-v1@1|")
+
+
+def test_the_penalty_and_its_gradient_agree_with_autograd():
+    torch.manual_seed(0)
+    policy = ActorCritic(5, 3, (8,))
+    obs = torch.randn(32, 5)
+    fisher = fisher_diagonal(policy, obs, None, torch.Generator().manual_seed(1))
+    critic = {id(p) for p in policy.critic.parameters()}
+    for p, f in zip(policy.parameters(), fisher):
+        assert (f == 0).all() if id(p) in critic else (f > 0).any()
+    anchor = make_anchor("ewc", policy, 3.0, fisher)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    params = list(policy.parameters())
+    expected = 3.0 * sum((f * (p - r).square()).sum() for p, r, f in zip(params, anchor.reference, fisher))
+    assert float(anchor.penalty()) == pytest.approx(float(expected.detach()), rel=1e-6)
+    grads = torch.autograd.grad(expected, params)
+    for p in params:
+        p.grad = None
+    anchor.add_grad()
+    for p, g in zip(params, grads):
+        torch.testing.assert_close(p.grad, g)
+    l2 = make_anchor("l2", policy, 1.0, fisher)
+    assert all(torch.equal(w, (f > 0).float()) for w, f in zip(l2.weights, fisher))
+
+
+def test_the_fisher_is_the_mean_of_per_state_squared_gradients():
+    torch.manual_seed(1)
+    policy = ActorCritic(3, 2, (4,))
+    obs = torch.randn(6, 3)
+    fisher = fisher_diagonal(policy, obs, None, torch.Generator().manual_seed(2))
+    actions = policy.act(obs, None, torch.Generator().manual_seed(2)).action
+    params = list(policy.actor.parameters())
+    total = [torch.zeros_like(p) for p in params]
+    for i in range(6):
+        g = torch.autograd.grad(policy.evaluate(obs[i:i + 1], actions[i:i + 1])[0].sum(), params)
+        total = [t + x.square() / 6 for t, x in zip(total, g)]
+    by_id = {id(p): f for p, f in zip(policy.parameters(), fisher)}
+    for p, t in zip(params, total):
+        torch.testing.assert_close(by_id[id(p)], t)
+
+
+def test_an_anchor_needs_matching_lists():
+    with pytest.raises(ValueError):
+        Anchor([torch.zeros(1)], [], [], 1.0)
+
+
+def test_a_short_sequence_writes_its_records(call_main, tmp_path):
+    from rl_gpu.cli.continual import main
+
+    out = tmp_path / "seq"
+    code, text, err = call_main(main, "--tasks", "CartPole-v1", "CartPole-v1?action_perm=1,0", "--steps-per-task",
+                                "2048", "--method", "ewc", "--anchor-coef", "10", "--eval-episodes", "8",
+                                "--fisher-states", "16", "--device", "cpu", "--output", out, "--fixed",
+                                "num_envs=16", "eval_episodes=4", "final_eval_episodes=4")
+    assert code == 0, err
+    record = json.loads((out / "continual-seed-1.json").read_text())
+    assert len(record["performance"]) == 2 and len(record["performance"][0]) == 2
+    assert record["success_return"] == 475.0 and "forgetting" in record and "forward_transfer" in record
+    assert (out / "phase-1" / "seed-1" / "summary.json").exists()
+    assert json.loads((out / "phase-1" / "seed-1" / "config.json").read_text())["env"].startswith("multitask:")
+    summary = json.loads((out / "continual.json").read_text())
+    assert summary["method"] == "ewc" and set(summary["forgetting"]) == {"mean", "ci95", "values"}
+    assert "forgetting" in text
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--tasks", "CartPole-v1"], "give 2 to 64 tasks"),
+    (["--tasks", "CartPole-v1", "Acrobot-v1"], "observation shape"),
+    (["--tasks", "CartPole-v1", "CartPole-v1|x"], "no '|' or '@'"),
+    (["--tasks", "CartPole-v1", "CartPole-v1", "--anchor-coef", "nan"], "--anchor-coef"),
+    (["--tasks", "CartPole-v1", "CartPole-v1", "--rehearsal-share", "1"], "--rehearsal-share"),
+    (["--tasks", "CartPole-v1", "CartPole-v1", "--fixed", "total_timesteps=5"], "the sequence sets it"),
+    (["--tasks", "CartPole-v1", "CartPole-v1", "--fixed", "bogus=1"], "bogus"),
+    (["--tasks", "CartPole-v1", "CartPole-v1", "--steps-per-task", "0"], "--steps-per-task"),
+])
+def test_bad_sequences_are_refused_in_one_line(call_main, tmp_path, args, says):
+    from rl_gpu.cli.continual import main
+
+    code, text, err = call_main(main, *args, "--output", tmp_path / "bad", "--device", "cpu")
+    assert code == 2 and says in err and len(err.strip().splitlines()) <= 2, err
+    assert not (tmp_path / "bad").exists()
