@@ -301,6 +301,10 @@ class GymnasiumEnv:
             raise ValueError(f"{self.env_id}: env {int(empty.argmax())} reported no legal action in "
                              "info['action_mask']")
 
+    def _read_info(self, infos: dict, done: np.ndarray) -> None:
+        """A subclass's look at each step's ``infos`` (``done``: ``[N]`` rows that finished; in SAME_STEP mode
+        their infos are their resets', their last step's are ``infos["final_info"]``). Default: nothing."""
+
     def _transfer(
         self, obs: np.ndarray, final_obs: np.ndarray, reward: np.ndarray, terminated: np.ndarray,
         truncated: np.ndarray, episode_return: np.ndarray, episode_length: np.ndarray,
@@ -408,6 +412,7 @@ class GymnasiumEnv:
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool) & ~terminated
         done = terminated | truncated
+        self._read_info(infos, done)
         reward = np.asarray(reward, dtype=np.float64)
         self._return += reward
         self._length += 1

@@ -49,6 +49,7 @@ _ENTRY_POINT = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z
 PREFIXES: dict[str, str] = {"gym:": "rl_gpu.envs.gymnasium_env:GymnasiumEnv", "vmas:": "rl_gpu.envs.vmas_env:VmasEnv",
                             "pettingzoo:": "rl_gpu.envs.pettingzoo_env:PettingZooModuleEnv",
                             "multitask:": "rl_gpu.envs.multitask:MultiTaskEnv",
+                            "metaworld:": "rl_gpu.envs.metaworld_env:MetaWorldEnv",
                             "multitask-noid:": "rl_gpu.envs.multitask:BlindMultiTaskEnv"}
 """Id prefixes that name a family of environments rather than one id: ``"gym:<any Gymnasium id>"`` builds
 ``GymnasiumEnv("<id>", num_envs, device=..., seed=..., max_episode_steps=..., **kwargs)``, ``"vmas:<scenario>"``
@@ -56,7 +57,7 @@ builds :class:`~rl_gpu.envs.vmas_env.VmasEnv` the same way, ``"pettingzoo:<modul
 module (:class:`~rl_gpu.envs.pettingzoo_env.PettingZooModuleEnv`; the module is imported, so the id imports code),
 ``"multitask:A|B|..."`` several tensor-env tasks in the rows of one batch (:mod:`rl_gpu.envs.multitask`)."""
 FAMILIES = ("gym:<any Gymnasium id>, vmas:<any VMAS scenario>, pettingzoo:<module with a parallel_env>, "
-            "multitask:<id>|<id>|...")
+            "multitask:<id>|<id>|..., metaworld:<MT10|MT50|task>")
 MULTITASK = ("multitask:", "multitask-noid:")
 """How the prefixed families are named in messages."""
 

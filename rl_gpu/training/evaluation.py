@@ -110,7 +110,9 @@ class EvalResult:
                 f"mean length {self.mean_length:.1f}" + (f"; {self.success_line()}" if self.successes is not None
                                                          else "")
             ) + "".join(f"\n  task {i} {t['task']}: mean return {t['mean_return']:.2f} ± {t['return_ci']:.2f} over "
-                        f"{t['episodes']} episodes" for i, t in enumerate(self.tasks or ()) if t["episodes"])
+                        f"{t['episodes']} episodes" + (f", success {t['successes']}/{t['episodes']}"
+                                                       if "successes" in t else "")
+                        for i, t in enumerate(self.tasks or ()) if t["episodes"])
         # The game's own units first (chips for poker): a win rate alone hides how much each game wins or loses.
         lines = [
             f"mean return {self.mean_return:+.4f} ± {self.return_ci:.4f} (95% CI) per game; "
@@ -157,7 +159,7 @@ def evaluate_policy(
     if episodes <= 0:
         raise ValueError(f"episodes must be positive, got {episodes}")
     remaining, round_index = episodes, 0
-    returns, lengths, seats, row_tasks, task_ids = [], [], [], [], None
+    returns, lengths, seats, row_tasks, row_success, task_ids = [], [], [], [], [], None
     success_counts: list[Tensor] = []
     while remaining > 0:
         n = min(num_envs, remaining)
@@ -183,6 +185,8 @@ def evaluate_policy(
         if getattr(env, "row_tasks", None) is not None:
             row_tasks.append(env.row_tasks)
             task_ids = env.task_ids
+            if callable(getattr(env, "row_success", None)):
+                row_success.append(env.row_success())
         # Rows whose episode never ended count as draws (return 0).
         returns.append(tally.episode_return)
         lengths.append(tally.episode_length)
@@ -194,8 +198,9 @@ def evaluate_policy(
     seat = torch.cat(seats).cpu()
     success = torch.cat(success_counts) if success_counts else torch.zeros(0, dtype=torch.float64)
     task = torch.cat(row_tasks) if row_tasks else torch.zeros(0, dtype=torch.long)
+    hit = torch.cat(row_success) if row_success else torch.zeros(0, dtype=torch.bool)
     if gather is not None:
-        ret, length, seat, success, task = gather(ret, length, seat, success, task)
+        ret, length, seat, success, task, hit = gather(ret, length, seat, success, task, hit)
         episodes = ret.numel()
     wins = int((ret > 0).sum())
     lo, hi = wilson_interval(wins, episodes)
@@ -212,17 +217,22 @@ def evaluate_policy(
         mean_length=float(length.mean()), seats=seat_results, seed=seed, deterministic=deterministic,
         num_players=players, successes=(int((ret >= success_return).sum()) if success_return is not None
                                         else int(round(float(success.sum()))) if success_counts else None),
-        tasks=None if task_ids is None else per_task(ret, task, task_ids),
+        tasks=None if task_ids is None else per_task(
+            ret, task, task_ids, hit if hit.numel() else ret >= success_return if success_return is not None else None),
     )
 
 
-def per_task(returns: Tensor, task: Tensor, task_ids: tuple[str, ...]) -> list[dict]:
-    """Each task's episodes, mean return and its 95% interval's half-width (tasks without rows: 0 episodes, NaN)."""
+def per_task(returns: Tensor, task: Tensor, task_ids: tuple[str, ...], success: Tensor | None = None) -> list[dict]:
+    """Each task's episodes, mean return and its 95% interval's half-width (tasks without rows: 0 episodes, NaN),
+    and with ``success`` (``[E]`` bool) its successes."""
     results = []
     for i, name in enumerate(task_ids):
-        r = returns[task == i]
+        mine = task == i
+        r = returns[mine]
         n = r.numel()
         std = float(r.std()) if n > 1 else 0.0
         results.append({"task": name, "episodes": n, "mean_return": float(r.mean()) if n else math.nan,
                         "return_ci": 1.959964 * std / math.sqrt(n) if n else math.nan})
+        if success is not None:
+            results[-1]["successes"] = int(success[mine].sum())
     return results
