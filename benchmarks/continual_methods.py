@@ -6,7 +6,7 @@ The default sequence is three CartPole tasks: the plain one, the same with its t
 to the first). Fine-tuning forgets the first task while it learns the second, and the second while it learns the
 third; a method that keeps them should keep its forgetting low without giving up the last task.
 
-    OMP_NUM_THREADS=1 python benchmarks/continual_methods.py --seeds 1 2 3 --steps-per-task 150000
+    OMP_NUM_THREADS=1 python benchmarks/continual_methods.py --seeds 1 2 3 --steps-per-task 300000 --measure return
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ def main() -> None:
     parser.add_argument("--steps-per-task", type=int, default=150_000)
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--output", type=Path, default=Path("artifacts/continual_methods"))
+    parser.add_argument("--measure", choices=["success", "return"], default="return")
     args = parser.parse_args()
-    print(f"tasks {TASKS}, {args.steps_per_task:,} steps per task, seeds {args.seeds}, load "
+    print(f"tasks {TASKS}, {args.steps_per_task:,} steps per task, seeds {args.seeds}, measure {args.measure}, load "
           f"{os.getloadavg()[0]:.2f}")
     rows = []
     for name in args.methods:
@@ -45,7 +46,7 @@ def main() -> None:
         start = time.perf_counter()
         cmd = [sys.executable, "-m", "rl_gpu", "continual", "--tasks", *TASKS, "--steps-per-task",
                str(args.steps_per_task), "--seeds", *map(str, args.seeds), "--output", str(out), "--overwrite",
-               "--device", "cpu", *METHODS[name]]
+               "--device", "cpu", "--measure", args.measure, *METHODS[name]]
         done = subprocess.run(cmd, capture_output=True, text=True)
         seconds = time.perf_counter() - start
         if done.returncode != 0:

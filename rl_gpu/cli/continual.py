@@ -42,6 +42,9 @@ class ContinualConfig:
     """the policy sees the one-hot of the task (--no-task-id: it must tell the tasks apart itself)"""
     success_return: float | None = None
     """an episode succeeds when its return reaches this; None: the first task's preset goal (CartPole: 475)"""
+    measure: Literal["success", "return"] = "success"
+    """a task's performance: success, the share of episodes whose return reaches --success-return; return, the mean
+    return normalised between the untrained policy's (0) and --success-return (1)"""
     eval_episodes: int = 200
     """episodes per task in each evaluation of the sequence"""
     fisher_states: int = 512
@@ -73,7 +76,7 @@ def _sequence(cfg: ContinualConfig):
     if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds) or not all(0 <= s < 2**63 for s in cfg.seeds):
         raise UsageError(f"--seeds: distinct seeds from 0 to 2**63 - 1, got {cfg.seeds}")
     return Sequence(cfg.tasks, cfg.steps_per_task, cfg.method, cfg.anchor_coef, cfg.rehearsal_share, cfg.task_id,
-                    cfg.success_return, cfg.eval_episodes, cfg.fisher_states)
+                    cfg.success_return, cfg.eval_episodes, cfg.fisher_states, cfg.measure)
 
 
 def run(cfg: ContinualConfig) -> int:
@@ -92,7 +95,17 @@ def run(cfg: ContinualConfig) -> int:
         return build_config(env_id, cfg.algo, cfg.steps_per_task, output=output, seed=seed, device=cfg.device,
                             threads=cfg.threads, quiet=True, overwrite=cfg.overwrite, **fixed)
 
-    records = [continual.run_sequence(seq, build, cfg.output, seed, train) for seed in cfg.seeds]
+    from rl_gpu.envs.registry import named_ids_only
+
+    # The tasks were typed here: they (and the batches made of them) may import the modules they name.
+    named = [*seq.tasks, *(seq.phase_id(i) for i in range(len(seq.tasks))),
+             *(seq.task_only(j) for j in range(len(seq.tasks)))]
+    with named_ids_only(named):
+        from rl_gpu.envs.registry import make
+
+        # Every task is checked (one batch of all of them: the same spaces) before anything is written.
+        make(seq.task_only(0), num_envs=len(seq.tasks), device="cpu").close()
+        records = [continual.run_sequence(seq, build, cfg.output, seed, train) for seed in cfg.seeds]
     summary = continual.across_seeds(records)
     atomic_write_json(cfg.output / "continual.json", {"tasks": list(seq.tasks), "method": seq.method,
                                                       "seeds": list(cfg.seeds), **summary})

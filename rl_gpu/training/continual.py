@@ -5,7 +5,10 @@ Phase ``i`` trains the policy that ended phase ``i - 1`` on task ``i`` for ``ste
 every task keeps its slot in the observation's task one-hot (``task_id``), only task ``i`` has rows (the method
 ``rehearsal`` keeps a share of the rows on the earlier tasks). After each phase the policy that ended it (not the
 phase's best.pt: a sequence goes on from where training stopped) plays every task, deterministically, on fresh
-seeds; its **performance** on a task is the share of episodes whose return reaches the task's success return.
+seeds; its **performance** on a task is the share of episodes whose return reaches the task's success return
+(``measure="success"``), or its normalised return ``clip((R - R0) / (G - R0), 0, 1)`` with ``R0`` the untrained
+policy's mean return on the task and ``G`` the success return (``measure="return"``: smoother where success is a
+threshold a nearly solved task flickers across).
 
 With ``p[i][j]`` the performance on task ``j`` after phase ``i`` (``p[-1]``: before any training), the measures of
 Continual World (Wolczyk et al. 2021) and GEM (Lopez-Paz and Ranzato 2017):
@@ -56,6 +59,7 @@ class Sequence:
     success_return: float | None = None
     eval_episodes: int = 200
     fisher_states: int = 512
+    measure: str = "success"
 
     def __post_init__(self) -> None:
         if not 2 <= len(self.tasks) <= 64:
@@ -68,6 +72,8 @@ class Sequence:
                                        ("--rehearsal-share", self.rehearsal_share, 0.0, 0.9)):
             if not (math.isfinite(value) and low <= value <= high):
                 raise UsageError(f"{flag} must be between {low:g} and {high:g}, got {value!r}")
+        if self.measure not in ("success", "return"):
+            raise UsageError(f"--measure must be success or return, got {self.measure!r}")
         if self.success_return is not None and not math.isfinite(self.success_return):
             raise UsageError(f"--success-return must be a finite return, got {self.success_return!r}")
 
@@ -162,15 +168,23 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
         trainer = trainers[-1]
         policy = trainer.algo.policy
         if i == 0:
-            first = trainer.initial_policy
-            initial = [performance(first, seq.task_only(j), trainer.device, seq.eval_episodes,
-                                   derive_seed(seed, f"continual-initial-{j}"), threshold)["success"]
-                       for j in range(k)]
+            first = [performance(trainer.initial_policy, seq.task_only(j), trainer.device, seq.eval_episodes,
+                                 derive_seed(seed, f"continual-initial-{j}"), threshold) for j in range(k)]
+            zero = [r["mean_return"] for r in first]
+
+            def score(r: dict, j: int) -> float:
+                if seq.measure == "success":
+                    return r["success"]
+                span = threshold - zero[j]
+                return min(max((r["mean_return"] - zero[j]) / span, 0.0), 1.0) if span > 0 else float(
+                    r["mean_return"] >= threshold)
+
+            initial = [score(r, j) for j, r in enumerate(first)]
         row = [performance(policy, seq.task_only(j), trainer.device, seq.eval_episodes,
                            derive_seed(seed, f"continual-{i}-{j}"), threshold) for j in range(k)]
-        matrix.append([r["success"] for r in row])
+        matrix.append([score(r, j) for j, r in enumerate(row)])
         returns.append([r["mean_return"] for r in row])
-        log(f"[seed {seed}] after phase {i} ({seq.tasks[i]}): success "
+        log(f"[seed {seed}] after phase {i} ({seq.tasks[i]}): {seq.measure} "
             + " ".join(f"{v:.2f}" for v in matrix[-1]) + "  mean return " + " ".join(f"{v:.1f}" for v in returns[-1]))
         state["policy"] = {name: t.detach().clone() for name, t in policy.state_dict().items()}
         if seq.method == "ewc" and i < k - 1:
@@ -223,7 +237,7 @@ def write_plot(records: list[dict], path: Path, tasks: tuple[str, ...]) -> bool:
             ax.text(j, i, f"{mean[i][j]:.2f}", ha="center", va="center", color="w" if mean[i][j] < 0.6 else "k")
     ax.set_xticks(range(k), [f"task {j}" for j in range(k)])
     ax.set_yticks(range(k), [f"after {i}" for i in range(k)])
-    ax.set_title(f"success, mean of {len(records)} seed(s)")
+    ax.set_title(f"{records[0]['measure']}, mean of {len(records)} seed(s)")
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp")
     fig.savefig(tmp, format="png")

@@ -87,13 +87,16 @@ def test_a_short_sequence_writes_its_records(call_main, tmp_path):
 
     out = tmp_path / "seq"
     code, text, err = call_main(main, "--tasks", "CartPole-v1", "CartPole-v1?action_perm=1,0", "--steps-per-task",
-                                "2048", "--method", "ewc", "--anchor-coef", "10", "--eval-episodes", "8",
+                                "2048", "--method", "ewc", "--anchor-coef", "10", "--eval-episodes", "8", "--measure",
+                                "return",
                                 "--fisher-states", "16", "--device", "cpu", "--output", out, "--fixed",
                                 "num_envs=16", "eval_episodes=4", "final_eval_episodes=4")
     assert code == 0, err
     record = json.loads((out / "continual-seed-1.json").read_text())
     assert len(record["performance"]) == 2 and len(record["performance"][0]) == 2
     assert record["success_return"] == 475.0 and "forgetting" in record and "forward_transfer" in record
+    assert record["initial"] == [0.0, 0.0]  # the untrained policy is the normalised return's 0
+    assert all(0.0 <= v <= 1.0 for row in record["performance"] for v in row)
     assert (out / "phase-1" / "seed-1" / "summary.json").exists()
     assert json.loads((out / "phase-1" / "seed-1" / "config.json").read_text())["env"].startswith("multitask:")
     summary = json.loads((out / "continual.json").read_text())
@@ -110,6 +113,8 @@ def test_a_short_sequence_writes_its_records(call_main, tmp_path):
     (["--tasks", "CartPole-v1", "CartPole-v1", "--fixed", "total_timesteps=5"], "the sequence sets it"),
     (["--tasks", "CartPole-v1", "CartPole-v1", "--fixed", "bogus=1"], "bogus"),
     (["--tasks", "CartPole-v1", "CartPole-v1", "--steps-per-task", "0"], "--steps-per-task"),
+    (["--tasks", "CartPole-v1", "Pendulum-v1"], "observation shape"),
+    (["--tasks", "CartPole-v1", "CartPole-v1", "--measure", "bogus"], "--measure"),
 ])
 def test_bad_sequences_are_refused_in_one_line(call_main, tmp_path, args, says):
     from rl_gpu.cli.continual import main
