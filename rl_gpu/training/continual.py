@@ -96,6 +96,13 @@ class Sequence:
         return self.batch_id([1.0 if k == j else 0.0 for k in range(len(self.tasks))])
 
 
+def networks(algo) -> dict:
+    """What goes on from one task to the next: every network of the algorithm (an off-policy one's critics and
+    targets too), not its optimiser's moments or its replay buffer (each phase starts those afresh)."""
+    carried = getattr(algo, "networks", None)
+    return carried() if callable(carried) else {"policy": algo.policy}
+
+
 def measures(p: list[list[float]], initial: list[float]) -> dict:
     """Average performance, forgetting and forward transfer of the matrix ``p[i][j]`` (module docstring)."""
     k = len(p)
@@ -152,7 +159,8 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
         def prepare(trainer, i=i) -> None:
             policy = trainer.algo.policy
             if state["policy"] is not None:
-                policy.load_state_dict(state["policy"])
+                for name, module in networks(trainer.algo).items():
+                    module.load_state_dict(state["policy"][name])
                 trainer.initial_policy = trainer.algo.initial_policy()
             if seq.method in ("l2", "ewc") and state["fisher"] is not None:
                 units = getattr(trainer.algo, "units", None)
@@ -186,7 +194,8 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
         returns.append([r["mean_return"] for r in row])
         log(f"[seed {seed}] after phase {i} ({seq.tasks[i]}): {seq.measure} "
             + " ".join(f"{v:.2f}" for v in matrix[-1]) + "  mean return " + " ".join(f"{v:.1f}" for v in returns[-1]))
-        state["policy"] = {name: t.detach().clone() for name, t in policy.state_dict().items()}
+        state["policy"] = {name: {k: t.detach().clone() for k, t in module.state_dict().items()}
+                           for name, module in networks(trainer.algo).items()}
         if seq.method == "ewc" and i < k - 1:
             obs, masks = _states(policy, seq.task_only(i), trainer.device, seq.fisher_states,
                                  derive_seed(seed, f"fisher-{i}"))

@@ -122,3 +122,19 @@ def test_bad_sequences_are_refused_in_one_line(call_main, tmp_path, args, says):
     code, text, err = call_main(main, *args, "--output", tmp_path / "bad", "--device", "cpu")
     assert code == 2 and says in err and len(err.strip().splitlines()) <= 2, err
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.slow
+def test_an_off_policy_sequence_carries_every_network(call_main, tmp_path, monkeypatch):
+    from rl_gpu.cli.continual import main
+    from rl_gpu.training import continual
+
+    carried = []
+    real = continual.networks
+    monkeypatch.setattr(continual, "networks", lambda algo: carried.append(sorted(real(algo))) or real(algo))
+    code, text, err = call_main(main, "--tasks", "Pendulum-v1", "Pendulum-v1?g=5.0", "--algo", "sac",
+                                "--steps-per-task", "256", "--measure", "return", "--eval-episodes", "2",
+                                "--device", "cpu", "--output", tmp_path / "sac", "--fixed", "num_envs=4",
+                                "eval_episodes=2", "final_eval_episodes=2", "learning_starts=32")
+    assert code == 0, err
+    assert carried and all(names == ["critic", "log_alpha", "policy", "target_critic"] for names in carried)

@@ -255,6 +255,10 @@ class OffPolicyAlgorithm(LearningRateSchedule):
         """Modules saved by name besides the policy (critics and targets)."""
         return {"critic": self.critic, "target_critic": self.target_critic}
 
+    def networks(self) -> dict[str, nn.Module]:
+        """Every network by name, the policy included: what a task sequence carries from one task to the next."""
+        return {"policy": self._policy, **self._networks()}
+
     def state_dict(self) -> dict:
         """Everything the next iteration depends on: networks, targets, optimiser, random streams, counts and
         (with ``checkpoint_buffer``) the replay buffer."""
