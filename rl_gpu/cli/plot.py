@@ -210,8 +210,9 @@ def numeric_metrics(runs: Sequence[Run]) -> list[str]:
 def default_metrics(runs: Sequence[Run]) -> list[str]:
     """What a plot shows without ``--metric``: each run's headline (``episode_return`` for single-player runs,
     ``train_win_rate`` for turn-based games, whose runs log a win rate instead), then ``validation.score``
-    when the runs have validations, and ``validation.exploitability`` and ``league/elo_learner`` when logged
-    (games with an exact exploitability; self-play runs)."""
+    when the runs have validations, ``validation.exploitability`` and ``league/elo_learner`` when logged
+    (games with an exact exploitability; self-play runs), and each task's ``task/K/return`` or ``task/K/success``
+    (a batch of several tasks)."""
     chosen: dict[str, None] = {}
     for run in runs:
         available = numeric_metrics([run])
@@ -221,7 +222,10 @@ def default_metrics(runs: Sequence[Run]) -> list[str]:
     ordered = [m for m in HEADLINES if m in chosen]
     available = numeric_metrics(runs)
     extra = [m for m in ("validation.exploitability", "league/elo_learner") if m in available]
-    return ordered + (["validation.score"] if "validation.score" in available else []) + extra
+    # A batch of several tasks: each task's own curve (multitask: returns, Meta-World successes).
+    tasks = sorted((m for m in available if re.fullmatch(r"task/\d+/(return|success)", m)),
+                   key=lambda m: (m.rsplit("/", 1)[1], int(m.split("/")[1])))
+    return ordered + (["validation.score"] if "validation.score" in available else []) + extra + tasks
 
 
 def aggregate(curves: Sequence[tuple[np.ndarray, np.ndarray]], band: str) -> tuple[np.ndarray, ...]:

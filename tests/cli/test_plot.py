@@ -165,6 +165,18 @@ def test_default_metric_follows_the_kind_of_run(tmp_path, capsys):
     assert "choose with --metric from: loss" in _plot_error([str(bare), "--output", str(out)], capsys)
 
 
+def test_a_batch_of_tasks_plots_each_tasks_curve(tmp_path, capsys):
+    run = tmp_path / "tasks" / "seed-1"
+    run.mkdir(parents=True)
+    lines = [{"update": u, "global_step": 100 * u, "episodes": 3, "episode_return": float(u),
+              **{f"task/{k}/return": float(u * k) for k in (0, 2, 10)}} for u in range(1, 6)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "tasks.png"
+    assert rl_gpu_main(["plot", str(run), "--output", str(out)]) == 0
+    assert "(episode_return, task/0/return, task/2/return, task/10/return)" in capsys.readouterr().out
+    assert out.read_bytes().startswith(PNG)
+
+
 def test_outputs_that_are_not_ours_are_refused(tmp_path, capsys):
     _write_run(tmp_path / "run", 0, updates=5)
     metrics = tmp_path / "run" / "metrics.jsonl"
