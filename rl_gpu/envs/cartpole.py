@@ -93,6 +93,7 @@ class CartPoleEnv(TensorEnv[CartPoleState]):
     obs_low = tuple(-v for v in obs_high)
 
     params_type = CartPoleParams
+    row_params = True
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -109,7 +110,10 @@ class CartPoleEnv(TensorEnv[CartPoleState]):
 
     def _transition(self, s: CartPoleState, action: Tensor) -> tuple[CartPoleState, Tensor, Tensor]:
         p = self.params
-        force = torch.where(action == 1, self._push_right, self._push_left)
+        if isinstance(p.force_mag, Tensor):  # a force per row (row_params)
+            force = torch.where(action == 1, p.force_mag, -p.force_mag)
+        else:
+            force = torch.where(action == 1, self._push_right, self._push_left)
         costheta = torch.cos(s.theta)
         sintheta = torch.sin(s.theta)
         temp = (force + p.polemass_length * s.theta_dot.square() * sintheta) / p.total_mass

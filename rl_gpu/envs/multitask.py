@@ -15,6 +15,7 @@ trainer as ``task/K/return``; evaluations report each task's own mean return (:a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, NamedTuple
 
@@ -22,15 +23,16 @@ import torch
 from torch import Tensor
 
 from rl_gpu.core.errors import UsageError
+from rl_gpu.core.device import check_device
 from rl_gpu.envs.base import TensorEnv
 
 PREFIX, BLIND_PREFIX = "multitask:", "multitask-noid:"
 MAX_TASKS = 1024
 
 _state_types: dict[type, type] = {}
-COUNTERS = ("task", "running", "finished_return", "finished")
-"""The fields the batch adds before the tasks' own: each row's task, its episode's return so far, and the sum and
-number of its episodes finished since statistics were last read."""
+COUNTERS = ("finished_return", "finished")
+"""The fields the batch adds before the tasks' own: the sum and number of each row's episodes finished since
+statistics were last read."""
 
 
 def _state_type(inner_type: type) -> type:
@@ -95,7 +97,7 @@ class MultiTaskEnv(TensorEnv):
 
     def __init__(self, tasks: str | list, num_envs: int, device: str | torch.device = "cpu",
                  seed: int | None = None, *, max_episode_steps: int | None = None, task_id: bool = True,
-                 autoreset: bool = True, validate_actions: bool = True) -> None:
+                 autoreset: bool = True, validate_actions: bool = True, fuse: bool = True) -> None:
         from rl_gpu.envs.registry import env_class, make, named_ids_only
 
         parsed = parse_tasks(tasks) if isinstance(tasks, str) else [
@@ -151,9 +153,40 @@ class MultiTaskEnv(TensorEnv):
         self._starts = [sum(self.task_rows[:i]) for i in range(len(children))]
         self.row_tasks = torch.repeat_interleave(torch.arange(len(children)), torch.tensor(self.task_rows))
         """``[N]`` int64 (on the CPU): each row's task."""
+        self._fused = self._fuse(children, device, autoreset) if fuse else None
+        """Parameter variants of one environment that takes a parameter per row (``row_params``): one instance
+        whose numeric parameters are ``[N]`` tensors steps every row in one call (tested equal to the blocks)."""
         self._last = None
+        self._onehot_rows = self.row_tasks.to(check_device(device))
+        # Each row's task is fixed: its one-hot is one constant joined to every observation.
+        self._onehot = torch.nn.functional.one_hot(self._onehot_rows, len(children)).float()
         super().__init__(num_envs, device, seed, autoreset=autoreset, validate_actions=validate_actions)
         self._last = torch.zeros(len(children), dtype=torch.float64, device=self.device)
+
+    def _fuse(self, children: list, device, autoreset: bool) -> TensorEnv | None:
+        def base(cls: type) -> type:
+            while "id_params" in cls.__dict__:  # with_params layers (ids' parameters) above the environment
+                cls = cls.__bases__[0]
+            return cls
+
+        live = [c for c, n in zip(children, self.task_rows) if n]
+        kinds = {base(type(c)) for c in live}
+        cls = kinds.pop()
+        if len(live) < 2 or kinds or not cls.row_params or cls.params_type is None or hasattr(cls, "wrapping"):
+            return None
+        rows = torch.tensor([n for n in self.task_rows if n])
+        values = {}
+        for f in dataclasses.fields(cls.params_type):
+            given = [getattr(c.params, f.name) for c in live]
+            if all(v == given[0] for v in given):
+                continue
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in given):
+                return None  # a flag or a tuple that differs: each task its own block
+            per_task = torch.tensor([float(v) for v in given], dtype=torch.float64)
+            values[f.name] = torch.repeat_interleave(per_task, rows).to(live[0].device)
+        fused = type(live[0])(1, device=device, seed=0, validate_actions=False, autoreset=autoreset)
+        fused.params = dataclasses.replace(live[0].params, **values)
+        return fused
 
     @staticmethod
     def _bounds(children: list, k: int) -> tuple:
@@ -166,8 +199,6 @@ class MultiTaskEnv(TensorEnv):
 
     @property
     def spec(self):
-        import dataclasses
-
         return dataclasses.replace(super().spec, has_action_mask=any(c.spec.has_action_mask for c in self.tasks),
                                    mirror=None, num_tasks=len(self.tasks) if self.task_id else 0)
 
@@ -189,13 +220,18 @@ class MultiTaskEnv(TensorEnv):
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> Any:
         if num_envs != sum(self.task_rows):
             raise ValueError(f"a multitask batch draws starts for its {sum(self.task_rows)} rows, not {num_envs}")
-        inner = self._join([child._sample_initial_state(self.task_rows[i], generator)
-                            for i, child, _ in self._blocks()])
+        if self._fused is not None:
+            inner = self._fused._sample_initial_state(num_envs, generator)
+        else:
+            inner = self._join([child._sample_initial_state(self.task_rows[i], generator)
+                                for i, child, _ in self._blocks()])
         zeros = torch.zeros(num_envs, dtype=torch.float64, device=self.device)
-        task = self.row_tasks.to(self.device)
-        return _state_type(type(inner))(task, zeros, zeros, zeros, *inner)
+        return _state_type(type(inner))(zeros, zeros, *inner)
 
     def _transition(self, s: Any, action: Tensor) -> tuple[Any, Tensor, Tensor]:
+        if self._fused is not None:
+            nxt, reward, terminated = self._fused._transition(type(s).inner_type(*s[len(COUNTERS):]), action)
+            return type(s)(s.finished_return, s.finished, *nxt), reward, terminated
         parts, rewards, ends = [], [], []
         for _, child, rows in self._blocks():
             nxt, reward, terminated = child._transition(self._own(s, rows), action[rows])
@@ -204,17 +240,30 @@ class MultiTaskEnv(TensorEnv):
             ends.append(terminated)
         reward = torch.cat(rewards) if len(rewards) > 1 else rewards[0]
         inner = self._join(parts)
-        return (type(s)(s.task, s.running + reward.double(), s.finished_return, s.finished, *inner), reward,
+        return (type(s)(s.finished_return, s.finished, *inner), reward,
                 torch.cat(ends) if len(ends) > 1 else ends[0])
 
     def _carry(self, finished: Any, fresh: Any) -> Any:
-        inner = self._join([child._carry(self._own(finished, rows), self._own(fresh, rows))
-                            for _, child, rows in self._blocks()])
-        # A row whose episode ends here adds it to its task's tally and starts the next from 0.
-        return type(finished)(finished.task, torch.zeros_like(finished.running),
-                              finished.finished_return + finished.running, finished.finished + 1, *inner)
+        if self._fused is not None:
+            inner = self._fused._carry(type(finished).inner_type(*finished[len(COUNTERS):]),
+                                       type(fresh).inner_type(*fresh[len(COUNTERS):]))
+        else:
+            inner = self._join([child._carry(self._own(finished, rows), self._own(fresh, rows))
+                                for _, child, rows in self._blocks()])
+        # The tallies go on through a reset (step_state adds the episode that ended).
+        return type(finished)(finished.finished_return, finished.finished, *inner)
+
+    def step_state(self, state, action: Tensor, reset_inner: Any):
+        new_state, result = super().step_state(state, action, reset_inner)
+        done = result.terminated | result.truncated
+        s = new_state.inner
+        ended = torch.where(done, result.episode_return.double(), 0.0)
+        return new_state._replace(inner=s._replace(finished_return=s.finished_return + ended,
+                                                   finished=s.finished + done)), result
 
     def _rows_of(self, method: str, s: Any) -> Tensor:
+        if self._fused is not None:
+            return getattr(self._fused, method)(type(s).inner_type(*s[len(COUNTERS):]))
         parts = [getattr(child, method)(self._own(s, rows)) for _, child, rows in self._blocks()]
         return torch.cat(parts) if len(parts) > 1 else parts[0]
 
@@ -222,7 +271,9 @@ class MultiTaskEnv(TensorEnv):
         obs = self._rows_of("_observe", s)
         if not self.task_id:
             return obs
-        return torch.cat([obs, torch.nn.functional.one_hot(s.task, len(self.tasks)).to(obs.dtype)], -1)
+        if obs.shape[0] != self._onehot.shape[0]:  # not the batch's rows (an injected state of other rows)
+            raise ValueError(f"a multitask batch observes its {self._onehot.shape[0]} rows, not {obs.shape[0]}")
+        return torch.cat([obs, self._onehot], -1)
 
     def _observe_critic(self, s: Any) -> Tensor:
         return self._rows_of("_observe_critic", s)
@@ -238,10 +289,11 @@ class MultiTaskEnv(TensorEnv):
         restart."""
         s = self.state.inner
         k = len(self.tasks)
-        sums = torch.zeros(k, dtype=torch.float64, device=self.device).index_add_(0, s.task, s.finished_return)
-        counts = torch.zeros(k, dtype=torch.float64, device=self.device).index_add_(0, s.task, s.finished)
+        task = self._onehot_rows
+        sums = torch.zeros(k, dtype=torch.float64, device=self.device).index_add_(0, task, s.finished_return)
+        counts = torch.zeros(k, dtype=torch.float64, device=self.device).index_add_(0, task, s.finished)
         self._last = torch.where(counts > 0, sums / counts.clamp(min=1), self._last)
-        zeros = torch.zeros_like(s.running)
+        zeros = torch.zeros_like(s.finished)
         self.state = self.state._replace(inner=s._replace(finished_return=zeros, finished=zeros))
         return {f"{i}/return": self._last[i] for i, _, _ in self._blocks()}
 

@@ -22,7 +22,7 @@ def test_each_block_steps_as_its_task_alone():
              for t, n in zip(env.task_ids, env.task_rows)]
     g = torch.Generator().manual_seed(0)
     for child, block in zip(alone, [slice(0, 3), slice(3, 5), slice(5, 10)]):
-        inner = type(child.state.inner)(*(t[block] for t in env.state.inner[4:]))
+        inner = type(child.state.inner)(*(t[block] for t in env.state.inner[2:]))
         child.set_state(child.initial_state(inner))
     ends = 0
     for _ in range(80):
@@ -38,7 +38,7 @@ def test_each_block_steps_as_its_task_alone():
             onehot = torch.zeros(block.stop - block.start, 3)
             onehot[:, k] = 1
             assert torch.equal(step.obs[block, 4:], onehot)
-            inner = type(child.state.inner)(*(t[block] for t in env.state.inner[4:]))
+            inner = type(child.state.inner)(*(t[block] for t in env.state.inner[2:]))
             child.set_state(child.initial_state(inner)._replace(episode_step=env.state.episode_step[block]))
         ends += int((step.terminated | step.truncated).sum())
     assert ends > 10
@@ -75,14 +75,15 @@ def test_evaluation_reports_each_task():
     assert "task 2 CartPole-v1?length=1.0" in result.describe(False)
 
 
-def test_the_batch_keeps_the_contract():
+@pytest.mark.parametrize("tasks", [TASKS, "CartPole-v1|CartPole-v1?length=1.0&force_mag=5.0"])
+def test_the_batch_keeps_the_contract(tasks):
     # Every generic check but batch-vs-single (a batch of one row holds one task): the block test above is its
     # multi-task form.
     from rl_gpu.envs.testing.contract import (check_action_masks, check_autoreset, check_determinism,
                                               check_frozen_rows)
 
     def factory(num_envs, *, seed, autoreset):
-        return make(f"multitask:{TASKS}", num_envs=num_envs, seed=seed, autoreset=autoreset, max_episode_steps=20)
+        return make(f"multitask:{tasks}", num_envs=num_envs, seed=seed, autoreset=autoreset, max_episode_steps=20)
 
     common = {"num_envs": 16, "num_steps": 100}
     check_action_masks(factory, seed=0, **common)
@@ -146,3 +147,26 @@ def test_an_action_permutation_is_the_task_with_its_controls_rewired():
 def test_bad_permutations_are_refused(env_id, says):
     with pytest.raises(UsageError, match=says):
         make(env_id, num_envs=2)
+
+
+def test_parameter_variants_step_in_one_call_exactly_as_in_blocks():
+    variants = ("CartPole-v1|CartPole-v1?length=1.0&gravity=12.0|CartPole-v1?masspole=0.3&force_mag=7.5"
+                "|CartPole-v1?tau=0.03&x_threshold=1.5&theta_threshold_degrees=9&masscart=2.0")
+    fused = MultiTaskEnv(variants, 16, seed=0, max_episode_steps=60)
+    blocks = MultiTaskEnv(variants, 16, seed=0, max_episode_steps=60, fuse=False)
+    assert fused._fused is not None and blocks._fused is None
+    assert MultiTaskEnv(TASKS, 8)._fused is None  # a rewired task is another class: blocks
+    state = blocks.state
+    g = torch.Generator().manual_seed(0)
+    ends = 0
+    for _ in range(150):
+        action = torch.randint(0, 2, (16,), generator=g)
+        fresh = blocks.draw_starts(16)
+        a_state, a = fused.step_state(state, action, fresh)
+        b_state, b = blocks.step_state(state, action, fresh)
+        for name in ("obs", "reward", "terminated", "truncated", "final_obs", "action_mask"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+        assert all(torch.equal(x, y) for x, y in zip(a_state.inner, b_state.inner))
+        state = b_state
+        ends += int((b.terminated | b.truncated).sum())
+    assert ends > 20
