@@ -12,7 +12,8 @@
 #      compiled policy half: gpu_check_policies.py; PPO with a GRU eager vs graph-captured: its memory stage); bf16 and fp16 against fp32 for PPO's update
 #      (precision.py at 4096 envs); MAPPO on vmas:navigation at N=32768 worlds (gpu_check_mappo.py; skipped
 #      without VMAS); GRPO's generation tokens/s, update time and peak memory for a 256x6 transformer at 4096 rows
-#      (llm/grpo_throughput.py); data-parallel PPO under torchrun (distributed_throughput.py); MuJoCo Warp when
+#      (llm/grpo_throughput.py); ten CartPole variants in one batch against one task
+#      (multitask_throughput.py); data-parallel PPO under torchrun (distributed_throughput.py); MuJoCo Warp when
 #      installed.
 # Prints one table at the end (stage, exit, seconds, its last line); each stage's output is in $OUT/<stage>.txt.
 #
@@ -70,6 +71,7 @@ if "$PY" -c "import vmas" 2>/dev/null; then
     stage mappo_vmas 55 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 32768 --num-steps 32 \
         --iterations 2 --rounds 2 --output "$OUT/mappo_vmas.json"
 fi
+stage multitask 15 "$PY" benchmarks/multitask_throughput.py --device cuda --num-envs 65536 --tasks 10 --rounds 3
 stage grpo 10 "$PY" benchmarks/llm/grpo_throughput.py --device cuda --num-envs 4096 --sizes 256x6 --iterations 3
 stage distributed 45 "$PY" benchmarks/distributed_throughput.py --device cuda --num-envs 16384 --num-steps 32 \
     --iterations 5 --output "$OUT/distributed.json"

@@ -31,11 +31,18 @@ def batch_id(base: str, k: int) -> str:
     return "multitask:" + "|".join(f"{base}?length={LENGTHS[i]}" for i in range(k))
 
 
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def rate_env(env, steps: int, g: torch.Generator) -> float:
-    actions = torch.randint(0, env.num_actions, (steps, env.num_envs), generator=g)
+    actions = torch.randint(0, env.num_actions, (steps, env.num_envs), generator=g).to(env.device)
+    sync(env.device)
     start = time.perf_counter()
     for t in range(steps):
         env.step(actions[t])
+    sync(env.device)
     return env.num_envs * steps / (time.perf_counter() - start)
 
 
@@ -46,16 +53,18 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, nargs="+", default=[3, 10])
     parser.add_argument("--num-steps", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"{args.base} variants, T={args.num_steps}, {args.rounds} rounds, load {os.getloadavg()[0]:.2f}")
+    print(f"{args.base} variants on {args.device}, T={args.num_steps}, {args.rounds} rounds, "
+          f"load {os.getloadavg()[0]:.2f}")
     print("| N | K | measure | one task, per round | K tasks, per round | median ratio K/one |")
     print("| ---: | ---: | --- | --- | --- | ---: |")
     for n in args.num_envs:
         for k in args.tasks:
             # One task: the plain environment (its observation without a one-hot; the policy K inputs narrower).
             ids = (f"{args.base}?length={LENGTHS[0]}", batch_id(args.base, k))
-            envs = [make(i, num_envs=n, seed=1) for i in ids]
+            envs = [make(i, num_envs=n, seed=1, device=args.device) for i in ids]
             g = torch.Generator().manual_seed(0)
             env_rates: list[list[float]] = [[], []]
             for env in envs:
@@ -66,16 +75,18 @@ def main() -> None:
             algos = []
             for i in ids:
                 torch.manual_seed(0)
-                env = make(i, num_envs=n, seed=2)
-                algos.append(PPO(policy_for_env(env.spec), PPOConfig(num_minibatches=4), 3e-4, seed=0, env=env,
-                                 num_steps=args.num_steps))
+                env = make(i, num_envs=n, seed=2, device=args.device)
+                policy = policy_for_env(env.spec).to(env.device)
+                algos.append(PPO(policy, PPOConfig(num_minibatches=4), 3e-4, seed=0, env=env, num_steps=args.num_steps))
             for algo in algos:
                 algo.iterate()  # warm-up
             ppo_rates: list[list[float]] = [[], []]
             for r in range(args.rounds):
                 for i in (0, 1) if r % 2 == 0 else (1, 0):
+                    sync(torch.device(args.device))
                     start = time.perf_counter()
                     algos[i].iterate()
+                    sync(torch.device(args.device))
                     ppo_rates[i].append(n * args.num_steps / (time.perf_counter() - start))
             for name, rates in (("env steps/s", env_rates), ("PPO transitions/s", ppo_rates)):
                 ratio = statistics.median(rates[1]) / statistics.median(rates[0])
