@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.core.errors import UsageError
+from rl_gpu.envs.dependency_warnings import warnings_once
 from rl_gpu.envs.gymnasium_env import GymnasiumEnv
 from rl_gpu.envs.multitask import split_rows
 
@@ -72,7 +73,8 @@ class MetaWorldEnv(GymnasiumEnv):
                 # by the first reset (seed + row), as Gymnasium does.
                 makers.append(partial(gymnasium.make, "Meta-World/MT1", env_name=task, seed=base,
                                       max_episode_steps=max_episode_steps, env_id=task_index, **extra))
-        vec = gymnasium.vector.SyncVectorEnv(makers, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
+        with warnings_once(python=True):  # Meta-World's space warnings: once per process, not per row and evaluation
+            vec = gymnasium.vector.SyncVectorEnv(makers, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
         self.task_ids = tuple(tasks)
         self.task_rows = tuple(rows)
         self.row_tasks = torch.repeat_interleave(torch.arange(k), torch.tensor(rows))
