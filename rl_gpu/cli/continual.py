@@ -23,7 +23,7 @@ PROG = "rl-gpu continual"
 @dataclasses.dataclass(frozen=True)
 class ContinualConfig:
     """Train one policy on tasks in turn (a task sequence) and measure what it forgets: each task is evaluated after
-    every phase, by the share of episodes whose return reaches the task's success return."""
+    every phase, by the share of episodes that succeed (or its normalised return)."""
 
     tasks: tuple[str, ...] = ()
     """the tasks in the order trained, environment ids of one observation and action space (parameter variants of
@@ -41,7 +41,8 @@ class ContinualConfig:
     task_id: bool = True
     """the policy sees the one-hot of the task (--no-task-id: it must tell the tasks apart itself)"""
     success_return: float | None = None
-    """an episode succeeds when its return reaches this; None: the first task's preset goal (CartPole: 475)"""
+    """an episode succeeds when its return reaches this; None: the first task's preset goal (CartPole: 475), or the
+    task's own success (Meta-World's metaworld:TASK ids, all of one sequence)"""
     measure: Literal["success", "return"] = "success"
     """a task's performance: success, the share of episodes whose return reaches --success-return; return, the mean
     return normalised between the untrained policy's (0) and --success-return (1)"""

@@ -4,7 +4,9 @@
 ``multitask:`` does); each row is Meta-World's own environment of its task, built as Meta-World's benchmark builds
 it (``Meta-World/MT1`` with the task one-hot, its time limit of 500 steps, a task parameter drawn from the
 benchmark's 50 per task at each reset), stepped on the host through Gymnasium's vector API
-(:class:`~rl_gpu.envs.gymnasium_env.GymnasiumEnv`). ``metaworld:reach-v3`` is one task (no one-hot).
+(:class:`~rl_gpu.envs.gymnasium_env.GymnasiumEnv`). ``metaworld:reach-v3`` is one task (no one-hot);
+``metaworld:reach-v3|push-v3@0|...`` tasks of one's choosing with the one-hot, weighted as ``multitask:`` weighs
+them (the phases of a task sequence, :mod:`rl_gpu.training.continual`).
 
 Success is Meta-World's ``info["success"]``: an episode succeeds when it is reached at any step (Meta-World's
 evaluation counts the same). It is a reward term of the batch (``reward/success`` in every log, the success rate of
@@ -26,7 +28,7 @@ from torch import Tensor
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.dependency_warnings import warnings_once
 from rl_gpu.envs.gymnasium_env import GymnasiumEnv
-from rl_gpu.envs.multitask import split_rows
+from rl_gpu.envs.multitask import parse_tasks, split_rows
 
 BENCHMARKS = {"MT10": 10, "MT25": 25, "MT50": 50}
 
@@ -41,15 +43,19 @@ def _import():
     return gymnasium, metaworld
 
 
-def task_names(name: str, seed: int | None) -> list[str]:
-    """The tasks of ``name`` (a benchmark's, in its order, or the one task named)."""
+def task_names(name: str, seed: int | None) -> list[tuple[str, float]]:
+    """The tasks of ``name`` with their row weights: a benchmark's, in its order, or tasks joined by ``|`` with
+    optional weights (``reach-v3|push-v3@0``, as :func:`rl_gpu.envs.multitask.parse_tasks` reads them)."""
     _, metaworld = _import()
     if name in BENCHMARKS:
-        return list(getattr(metaworld, name)(seed=seed).train_classes)
-    if name not in metaworld.ALL_V3_ENVIRONMENTS:
-        raise UsageError(f"metaworld:{name}: not a Meta-World benchmark or task; benchmarks: {', '.join(BENCHMARKS)}; "
-                         f"tasks such as reach-v3, push-v3 (metaworld.ALL_V3_ENVIRONMENTS)")
-    return [name]
+        return [(t, 1.0) for t in getattr(metaworld, name)(seed=seed).train_classes]
+    tasks = parse_tasks(name)
+    for task, _ in tasks:
+        if task not in metaworld.ALL_V3_ENVIRONMENTS:
+            raise UsageError(f"metaworld:{task}: not a Meta-World benchmark or task; benchmarks: "
+                             f"{', '.join(BENCHMARKS)}; tasks such as reach-v3, push-v3 (metaworld.ALL_V3_ENVIRONMENTS), "
+                             "joined by '|' with optional row weights (reach-v3|push-v3@0)")
+    return tasks
 
 
 class MetaWorldEnv(GymnasiumEnv):
@@ -62,9 +68,10 @@ class MetaWorldEnv(GymnasiumEnv):
             raise UsageError(f"metaworld:{name}: takes no settings after '?'")
         # Meta-World seeds numpy's legacy generator with it: 32 bits.
         base = 0 if seed is None else int(seed) % 2**32
-        tasks = task_names(name, base)
+        weighted = task_names(name, base)
+        tasks = [t for t, _ in weighted]
         k = len(tasks)
-        rows = split_rows(num_envs, [1.0] * k)
+        rows = split_rows(num_envs, [w for _, w in weighted])
         extra = {"use_one_hot": True, "num_tasks": k} if k > 1 else {}
         makers = []
         for task_index, (task, count) in enumerate(zip(tasks, rows)):

@@ -5,10 +5,11 @@ Phase ``i`` trains the policy that ended phase ``i - 1`` on task ``i`` for ``ste
 every task keeps its slot in the observation's task one-hot (``task_id``), only task ``i`` has rows (the method
 ``rehearsal`` keeps a share of the rows on the earlier tasks). After each phase the policy that ended it (not the
 phase's best.pt: a sequence goes on from where training stopped) plays every task, deterministically, on fresh
-seeds; its **performance** on a task is the share of episodes whose return reaches the task's success return
-(``measure="success"``), or its normalised return ``clip((R - R0) / (G - R0), 0, 1)`` with ``R0`` the untrained
-policy's mean return on the task and ``G`` the success return (``measure="return"``: smoother where success is a
-threshold a nearly solved task flickers across).
+seeds; its **performance** on a task is the share of episodes that succeed (``measure="success"``: the return
+reaches the task's success return, or, for a task with a success of its own such as Meta-World's, that success),
+or its normalised return ``clip((R - R0) / (G - R0), 0, 1)`` with ``R0`` the untrained policy's mean return on the
+task and ``G`` the success return (``measure="return"``: smoother where success is a threshold a nearly solved task
+flickers across). Meta-World tasks (``metaworld:reach-v3``) make ``metaworld:`` batches of the same form.
 
 With ``p[i][j]`` the performance on task ``j`` after phase ``i`` (``p[-1]``: before any training), the measures of
 Continual World (Wolczyk et al. 2021) and GEM (Lopez-Paz and Ranzato 2017):
@@ -40,6 +41,8 @@ from rl_gpu.algos.anchor import METHODS, fisher_diagonal, make_anchor
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.envs.multitask import BLIND_PREFIX, PREFIX
+
+METAWORLD = "metaworld:"
 from rl_gpu.envs.registry import make
 from rl_gpu.runtime.files import atomic_write_json
 from rl_gpu.training.config import TrainConfig
@@ -78,6 +81,10 @@ class Sequence:
             raise UsageError(f"--success-return must be a finite return, got {self.success_return!r}")
 
     def batch_id(self, weights: list[float]) -> str:
+        """The batch of every task with these row weights: ``multitask:`` (tensor environments) or, for Meta-World
+        tasks (``metaworld:reach-v3``), ``metaworld:`` (host-stepped, always with the task one-hot)."""
+        if all(t.startswith(METAWORLD) for t in self.tasks):
+            return METAWORLD + "|".join(f"{t[len(METAWORLD):]}@{w:g}" for t, w in zip(self.tasks, weights))
         prefix = PREFIX if self.task_id else BLIND_PREFIX
         return prefix + "|".join(f"{t}@{w:g}" for t, w in zip(self.tasks, weights))
 
@@ -113,9 +120,19 @@ def measures(p: list[list[float]], initial: list[float]) -> dict:
             "forward_transfer_per_task": transfer, "final_task_performance": p[k - 1][k - 1]}
 
 
-def performance(policy, env_id: str, device: torch.device, episodes: int, seed: int, threshold: float) -> dict:
-    """The policy's share of ``episodes`` fresh episodes of ``env_id`` (one task) whose return reaches
-    ``threshold``, and its mean return."""
+def own_success(env_id: str) -> bool:
+    """Whether the task reports a success of its own (a ``success`` reward term: Meta-World, the Panda arm)."""
+    env = make(env_id, num_envs=1)
+    try:
+        return "success" in env.spec.reward_terms
+    finally:
+        env.close()
+
+
+def performance(policy, env_id: str, device: torch.device, episodes: int, seed: int,
+                threshold: float | None) -> dict:
+    """The policy's share of ``episodes`` fresh episodes of ``env_id`` (one task) that succeed (the return reaches
+    ``threshold``; None: the task's own success), and its mean return."""
     result = evaluate_policy(policy, lambda n, s: make(env_id, num_envs=n, device=device, seed=s), episodes, seed,
                              deterministic=True, success_return=threshold)
     return {"success": result.successes / result.episodes, "mean_return": result.mean_return}
@@ -150,7 +167,7 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
     for i in range(k):
         config = build(seq.phase_id(i), output / f"phase-{i}", seed)
         threshold = seq.success_return if seq.success_return is not None else config.solve_threshold
-        if threshold is None:
+        if threshold is None and (seq.measure == "return" or not own_success(seq.task_only(0))):
             raise UsageError(f"{seq.tasks[0]!r} has no success return in its preset: give --success-return")
         # Every phase takes its whole budget: a goal met early does not end it.
         config = dataclasses.replace(config, solve_threshold=None, max_updates=10**9)
