@@ -53,8 +53,9 @@ def task_names(name: str, seed: int | None) -> list[tuple[str, float]]:
     for task, _ in tasks:
         if task not in metaworld.ALL_V3_ENVIRONMENTS:
             raise UsageError(f"metaworld:{task}: not a Meta-World benchmark or task; benchmarks: "
-                             f"{', '.join(BENCHMARKS)}; tasks such as reach-v3, push-v3 (metaworld.ALL_V3_ENVIRONMENTS), "
-                             "joined by '|' with optional row weights (reach-v3|push-v3@0)")
+                             f"{', '.join(BENCHMARKS)}; tasks such as reach-v3, push-v3 "
+                             "(metaworld.ALL_V3_ENVIRONMENTS), joined by '|' with optional row weights "
+                             "(reach-v3|push-v3@0)")
     return tasks
 
 
