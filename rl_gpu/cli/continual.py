@@ -10,11 +10,10 @@ transfer), ``OUTPUT/continual.json`` (each measure's mean and interval over the 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Literal
 
-from rl_gpu.cli.parsing import fail, parse, settings_of
+from rl_gpu.cli.parsing import run_command, settings_of
 from rl_gpu.core.errors import UsageError
 
 PROG = "rl-gpu continual"
@@ -117,13 +116,5 @@ def run(cfg: ContinualConfig) -> int:
 
 
 def main(argv=None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    cfg = parse(ContinualConfig, PROG, args)
-    try:
-        return run(cfg)
-    except UsageError as e:
-        fail(PROG, str(e))
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; finished phases are kept in {cfg.output}", file=sys.stderr)
-        return 130
-    return 0
+    return run_command(ContinualConfig, PROG, argv, run,
+                       lambda cfg: f"interrupted; finished phases are kept in {cfg.output}")

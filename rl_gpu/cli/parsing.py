@@ -257,3 +257,19 @@ def settings_of(items: Sequence[str], flag: str) -> dict:
             value = text
         out[name] = tuple(value) if isinstance(value, list) else value
     return out
+
+
+def run_command(cls: Callable[..., T], prog: str, argv: Sequence[str] | None, run: Callable[[T], int],
+                interrupted: Callable[[T], str]) -> int:
+    """A command's main: parse ``argv`` into ``cls``, ``run`` it; a :class:`UsageError` is one line and exit code 2,
+    Ctrl-C is ``interrupted(cfg)`` on stderr and exit code 130."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    cfg = parse(cls, prog, args)
+    try:
+        return run(cfg)
+    except UsageError as e:
+        fail(prog, str(e))
+    except KeyboardInterrupt:
+        print(f"{prog}: {interrupted(cfg)}", file=sys.stderr)
+        return 130
+    return 0

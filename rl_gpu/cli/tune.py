@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Literal
 
-from rl_gpu.cli.parsing import fail, parse, quiet_broken_pipe, settings_of
+from rl_gpu.cli.parsing import quiet_broken_pipe, run_command, settings_of
 from rl_gpu.cli.tune_trials import GRACE_SECONDS, HEARTBEAT_SECONDS, Pruning, SweepInterrupted, trial_score
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.schema import check_bounds, check_fields, flag_name
@@ -282,16 +282,8 @@ def run_sweep(cfg: TuneConfig) -> int:
 
 
 def main(argv=None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    cfg = parse(TuneConfig, PROG, args)
-    try:
-        return run_sweep(cfg)
-    except UsageError as e:
-        fail(PROG, str(e))
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; the same command continues the sweep", file=sys.stderr)
-        return 130
-    return 0
+    return run_command(TuneConfig, PROG, argv, run_sweep,
+                       lambda cfg: "interrupted; the same command continues the sweep")
 
 
 if __name__ == "__main__":
