@@ -20,6 +20,7 @@ constraints changed size), so it lives in an environment of its own (benchmarks/
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,6 +60,15 @@ def task_names(name: str, seed: int | None) -> list[tuple[str, float]]:
     return tasks
 
 
+def _row_env(gymnasium, task: str, seed: int, row: int, max_episode_steps: int | None, **kwargs: Any):
+    """One row: Meta-World's environment of ``task`` with the benchmark's task variations of ``seed``, its own
+    random stream seeded by ``seed + row`` (Meta-World seeds every copy alike, so rows of one task would otherwise
+    draw the same variation at their first reset and play identical episodes)."""
+    env = gymnasium.make("Meta-World/MT1", env_name=task, seed=seed, max_episode_steps=max_episode_steps, **kwargs)
+    env.unwrapped.seed((seed + row) % 2**32)
+    return env
+
+
 class MetaWorldEnv(GymnasiumEnv):
     """Meta-World tasks in the rows of one batch (see the module docstring)."""
 
@@ -79,8 +89,8 @@ class MetaWorldEnv(GymnasiumEnv):
             for _ in range(count):
                 # Meta-World's benchmark seed draws each task's parameters; each row's own reset stream is seeded
                 # by the first reset (seed + row), as Gymnasium does.
-                makers.append(partial(gymnasium.make, "Meta-World/MT1", env_name=task, seed=base,
-                                      max_episode_steps=max_episode_steps, env_id=task_index, **extra))
+                makers.append(partial(_row_env, gymnasium, task, base, len(makers), max_episode_steps,
+                                      env_id=task_index, **extra))
         with warnings_once(python=True):  # Meta-World's space warnings: once per process, not per row and evaluation
             vec = gymnasium.vector.SyncVectorEnv(makers, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
         self.task_ids = tuple(tasks)

@@ -20,6 +20,8 @@ def test_mt10_rows_step_as_meta_worlds_own_environments():
     assert env.task_ids == tuple(names) and env.spec.obs_shape == (49,) and env.spec.num_tasks == 10
     own = [gym.make("Meta-World/MT1", env_name=t, seed=seed, use_one_hot=True, env_id=k, num_tasks=10)
            for k, t in enumerate(names)]
+    for i, e in enumerate(own):  # each row its own stream (Meta-World seeds every copy alike)
+        e.unwrapped.seed(seed + i)
     obs = np.stack([e.reset(seed=seed + i)[0] for i, e in enumerate(own)])
     torch.testing.assert_close(env.observe().obs, torch.as_tensor(obs, dtype=torch.float32))
     rng = np.random.default_rng(0)
@@ -41,6 +43,12 @@ def test_mt10_rows_step_as_meta_worlds_own_environments():
                 o, _ = e.reset()
             torch.testing.assert_close(step.obs[i], torch.as_tensor(o, dtype=torch.float32))
     assert finished == n  # every row ended once, at the time limit
+
+
+def test_rows_of_one_task_play_different_variations():
+    env = make("metaworld:reach-v3", num_envs=4, seed=0)
+    obs = env.observe().obs
+    assert all((obs[i] - obs[0]).abs().max() > 1e-3 for i in range(1, 4))
 
 
 def test_one_task_and_refusals():
