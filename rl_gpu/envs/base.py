@@ -112,7 +112,8 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     row_params: bool = False
     """Its methods read ``self.params`` only in tensor arithmetic, so a numeric field may be a ``[N]`` float64 tensor
     (a value per row): a batch of parameter variants then steps every row in one call (:mod:`rl_gpu.envs.multitask`;
-    declared only where tested equal to stepping each variant apart)."""
+    declared only where tested equal to stepping each variant apart; a subclass declares it again, it is not
+    inherited)."""
     params_type: type | None = None
     """A frozen dataclass of physical or game parameters; constructor keyword arguments override its fields
     and the result is ``self.params``. None: the environment takes no parameters."""

@@ -172,7 +172,9 @@ class MultiTaskEnv(TensorEnv):
         live = [c for c, n in zip(children, self.task_rows) if n]
         kinds = {base(type(c)) for c in live}
         cls = kinds.pop()
-        if len(live) < 2 or kinds or not cls.row_params or cls.params_type is None or hasattr(cls, "wrapping"):
+        # row_params is the class's own declaration, not inherited: a subclass may cache what its parameters give.
+        own = cls.__dict__.get("row_params", False)
+        if len(live) < 2 or kinds or not own or cls.params_type is None or hasattr(cls, "wrapping"):
             return None
         rows = torch.tensor([n for n in self.task_rows if n])
         values = {}

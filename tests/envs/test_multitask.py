@@ -170,3 +170,11 @@ def test_parameter_variants_step_in_one_call_exactly_as_in_blocks():
         state = b_state
         ends += int((b.terminated | b.truncated).sum())
     assert ends > 20
+
+
+def test_a_subclass_does_not_inherit_row_params():
+    from rl_gpu.envs.cartpole import CartPoleNoVelEnv
+
+    assert CartPoleNoVelEnv.row_params and "row_params" not in CartPoleNoVelEnv.__dict__
+    env = MultiTaskEnv("CartPoleNoVel-v1|CartPoleNoVel-v1?length=1.0", 4)
+    assert env._fused is None  # stepped in blocks
