@@ -29,6 +29,7 @@ tasks: on-policy replay).
 from __future__ import annotations
 
 import dataclasses
+import io
 import math
 import statistics
 from collections.abc import Callable
@@ -44,9 +45,9 @@ from rl_gpu.envs.multitask import BLIND_PREFIX, PREFIX
 
 METAWORLD = "metaworld:"
 from rl_gpu.envs.registry import make
-from rl_gpu.runtime.files import atomic_write_json
+from rl_gpu.runtime.files import atomic_write_bytes, atomic_write_json
 from rl_gpu.training.config import TrainConfig
-from rl_gpu.training.evaluation import evaluate_policy
+from rl_gpu.training.evaluation import evaluate_policy, normal_half_width
 
 
 @dataclass(frozen=True)
@@ -236,8 +237,7 @@ def across_seeds(records: list[dict]) -> dict:
     for name in ("average_performance", "forgetting", "forward_transfer", "final_task_performance"):
         values = [r[name] for r in records]
         sd = statistics.stdev(values) if len(values) > 1 else 0.0
-        out[name] = {"mean": statistics.fmean(values), "ci95": 1.959964 * sd / math.sqrt(len(values)),
-                     "values": values}
+        out[name] = {"mean": statistics.fmean(values), "ci95": normal_half_width(sd, len(values)), "values": values}
     return out
 
 
@@ -265,8 +265,8 @@ def write_plot(records: list[dict], path: Path, tasks: tuple[str, ...]) -> bool:
     ax.set_yticks(range(k), [f"after {i}" for i in range(k)])
     ax.set_title(f"{records[0]['measure']}, mean of {len(records)} seed(s)")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
     plt.close(fig)
-    tmp.replace(path)
+    atomic_write_bytes(path, buffer.getvalue())  # never through a link or over a non-file
     return True

@@ -15,6 +15,11 @@ from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.envs.seat_agents import seat_game
 
 
+def normal_half_width(std: float, n: int, z: float = 1.959964) -> float:
+    """Half-width of the 95% normal-approximation interval of a mean of ``n`` values of standard deviation ``std``."""
+    return z * std / math.sqrt(n)
+
+
 def wilson_interval(successes: int, trials: int, z: float = 1.959964) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (95% by default); ``(0, 1)`` with no trials."""
     if trials <= 0:
@@ -213,13 +218,20 @@ def evaluate_policy(
         seat_results.append(SeatResult(s, games, seat_wins, seat_wins / games, s_lo, s_hi))
     return EvalResult(
         episodes=episodes, wins=wins, win_rate=wins / episodes, ci_low=lo, ci_high=hi,
-        mean_return=float(ret.mean()), return_ci=1.959964 * std / math.sqrt(episodes),
+        mean_return=float(ret.mean()), return_ci=normal_half_width(std, episodes),
         mean_length=float(length.mean()), seats=seat_results, seed=seed, deterministic=deterministic,
         num_players=players, successes=(int((ret >= success_return).sum()) if success_return is not None
                                         else int(round(float(success.sum()))) if success_counts else None),
-        tasks=None if task_ids is None else per_task(
-            ret, task, task_ids, hit if hit.numel() else ret >= success_return if success_return is not None else None),
+        tasks=None if task_ids is None else per_task(ret, task, task_ids, _episode_successes(hit, ret, success_return)),
     )
+
+
+def _episode_successes(reported: Tensor, returns: Tensor, success_return: float | None) -> Tensor | None:
+    """``[E]`` bool: the environment's own per-episode successes when it reports them, else returns reaching
+    ``success_return``; None when neither applies."""
+    if reported.numel():
+        return reported
+    return returns >= success_return if success_return is not None else None
 
 
 def per_task(returns: Tensor, task: Tensor, task_ids: tuple[str, ...], success: Tensor | None = None) -> list[dict]:
@@ -232,7 +244,7 @@ def per_task(returns: Tensor, task: Tensor, task_ids: tuple[str, ...], success: 
         n = r.numel()
         std = float(r.std()) if n > 1 else 0.0
         results.append({"task": name, "episodes": n, "mean_return": float(r.mean()) if n else math.nan,
-                        "return_ci": 1.959964 * std / math.sqrt(n) if n else math.nan})
+                        "return_ci": normal_half_width(std, n) if n else math.nan})
         if success is not None:
             results[-1]["successes"] = int(success[mine].sum())
     return results
