@@ -349,7 +349,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             elif config.parallel:
                 from rl_gpu.training.population import train_population
 
-                results = train_population(config)
+                results = train_population(config, measure=exploitability_measure(config))
             else:
                 results = train(config, measure=exploitability_measure(config), callbacks=callbacks)
     except (UsageError, CheckpointError) as e:

@@ -193,7 +193,7 @@ class TrainConfig:
     self_play: bool = False
     """two-player games: the learner plays both seats against a league (its latest self, past snapshots, the
     uniform-random baseline; rl_gpu.training.league) instead of a uniform-random opponent; Elo ratings go to
-    metrics.jsonl and ratings.json; PPO only"""
+    metrics.jsonl and ratings.json; PPO, and MAPPO/IPPO on a game's seats as agents (ID?seats_as_agents=1)"""
     snapshot_every: int = 10
     """--self-play: a snapshot of the learner joins the pool every this many updates"""
     pool_size: int = 8

@@ -22,6 +22,12 @@ score against member ``k`` (win 1, draw 1/2, loss 0) over its ``n_k > 0`` games,
 expectation ``e_k = 1 / (1 + 10^((R_k - R_learner) / 400))``, moves ``R_k`` by ``-elo_k * (s_k - e_k)`` and
 the learner's by ``+elo_k * (s_k - e_k)``, summed over the members it met. Games against ``latest`` (a mirror
 match) do not count. Everything stays on the device: no host read per iteration.
+
+A game's seats as agents (:mod:`rl_gpu.envs.seat_agents`, ``agents`` M > 1): the members play the ``N * M`` agent
+rows in blocks of whole worlds; a world assigned ``latest`` is the learner playing every seat (plain self-play,
+every seat learns), any other world gives the learner one seat and the member the others (the algorithm's
+``controlled``, recorded in the rollout). Rollouts there are
+continuing (several games per world): each game that ends in a rated world counts, scored from the learner's seat.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from torch import Tensor, nn
 
 from rl_gpu.algos.base import Iteration, PhaseTimer, no_phase
 from rl_gpu.data.rollout import Rollout
-from rl_gpu.nn.opponents import StackedActors
+from rl_gpu.nn.opponents import StackedActors, block_count
 
 PFSP_KINDS = ("hard", "variance", "uniform")
 LEAGUE_METRICS = ("league/elo_learner", "league/pool_size", "league/score_vs_league")
@@ -102,18 +108,22 @@ class League:
 
     Args:
         learner: the learner's policy (an :class:`~rl_gpu.nn.actor_critic.ActorCritic`).
-        num_rows: N, rows per iteration.
+        num_rows: N, rows (games, or worlds of M agents) per iteration.
         settings: the league's settings.
         seed: seeds the assignment draws.
+        agents: M, the agents (seats) of a world; the members then play ``N * M`` agent rows, whole worlds per
+            block.
     """
 
-    def __init__(self, learner: nn.Module, num_rows: int, settings: LeagueSettings, seed: int) -> None:
+    def __init__(self, learner: nn.Module, num_rows: int, settings: LeagueSettings, seed: int,
+                 agents: int = 1) -> None:
         self.settings = settings
         self.learner = learner
+        self.agents = agents
         self.pool = settings.pool_size
         self.size = self.pool + 2
         self.baseline = self.size - 1
-        self.members = StackedActors(learner, self.size, num_rows)
+        self.members = StackedActors(learner, self.size, num_rows * agents, num_blocks=block_count(num_rows))
         self.device = self.members.slot.device
         self.num_rows = num_rows
         self.rng = torch.Generator(device=self.device).manual_seed(seed)
@@ -127,6 +137,21 @@ class League:
         self.snapshots_added = 0
         self.added_at = [0] * self.size
         """The iteration each member's current snapshot was taken at."""
+
+    @property
+    def world_slot(self) -> Tensor:
+        """``[N]``: the member playing each row (each world: its seats are in one block)."""
+        return self.members.slot.view(self.num_rows, self.agents)[:, 0]
+
+    def _results(self, rollout: Rollout) -> tuple[Tensor, Tensor]:
+        """``[N]`` games and the learner's summed score (win 1, draw 1/2) in them, per row of the rollout."""
+        if self.agents == 1:  # episodic: one game per row
+            ret = (rollout.episode_return * rollout.done).sum(0).double()
+            return torch.ones_like(ret), (ret > 0).double() + 0.5 * (ret == 0).double()
+        done = rollout.done.double()  # [T, N]; in a rated world the learner controls one seat
+        mine = (rollout.episode_return * rollout.controlled).sum(-1)
+        result = (mine > 0).double() + 0.5 * (mine == 0).double()
+        return done.sum(0), (done * result).sum(0)
 
     @property
     def pool_held(self) -> int:
@@ -171,11 +196,10 @@ class League:
 
     def after_iteration(self, rollout: Rollout) -> dict[str, Tensor]:
         """Tally the iteration's games by member, update the ratings; returns :data:`LEAGUE_METRICS`."""
-        ret = (rollout.episode_return * rollout.done).sum(0).double()
-        result = (ret > 0).double() + 0.5 * (ret == 0).double()
-        slot = self.members.slot
+        count, result = self._results(rollout)
+        slot = self.world_slot
         games = torch.zeros(self.size, dtype=torch.float64, device=self.device)
-        games.index_add_(0, slot, torch.ones_like(ret))
+        games.index_add_(0, slot, count)
         score = torch.zeros_like(games).index_add_(0, slot, result)
         games[0] = 0.0  # mirror matches are not rated
         score[0] = 0.0

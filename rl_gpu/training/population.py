@@ -182,10 +182,12 @@ def check_population(config: TrainConfig) -> None:
 
 
 def train_population(config: TrainConfig, log: Callable[[str], None] = print, stop_after: int | None = None,
-                     display: str = "auto", callbacks: Iterable[CallbackLike] = ()) -> list[RunResult]:
+                     display: str = "auto", callbacks: Iterable[CallbackLike] = (),
+                     measure: Callable | None = None) -> list[RunResult]:
     """Train every seed of ``config`` at once (``--parallel``); writes what :func:`~rl_gpu.training.runner.train`
     writes (``OUTPUT/seed-N/`` each, and ``OUTPUT/summary.json`` over the seeds once all have finished), plus
-    ``OUTPUT/pbt.json`` with ``--pbt``."""
+    ``OUTPUT/pbt.json`` with ``--pbt``. ``measure``: as :func:`~rl_gpu.training.runner.train`'s (each member's
+    validations scored by the game's exact exploitability)."""
     check_population(config)
     if check_callbacks(callbacks):
         raise UsageError("callbacks are not delivered under --parallel yet (its members run in threads of their "
@@ -201,7 +203,7 @@ def train_population(config: TrainConfig, log: Callable[[str], None] = print, st
         atomic_write_json(config.output / PBT_FILE, {"seeds": list(config.seeds), **lineage})
 
     results, trainers = train_members([config] * k, list(config.seeds), log, stop_after, display,
-                                      lineage=write_lineage if config.pbt else None)
+                                      lineage=write_lineage if config.pbt else None, measure=measure)
     done = [r for r in results if r is not None]
     if len(done) == k and all(r.finished for r in done) and k > 1:
         across = seed_summary([r.summary for r in done], trainers[0].goal.multi_player)
@@ -216,12 +218,14 @@ def train_population(config: TrainConfig, log: Callable[[str], None] = print, st
 def train_members(configs: Sequence[TrainConfig], seeds: Sequence[int], log: Callable[[str], None] = print,
                   stop_after: int | None = None, display: str = "auto",
                   callbacks: Sequence[Iterable[CallbackLike]] | None = None,
-                  lineage: Callable[[dict], None] | None = None) -> tuple[list[RunResult | None], list[Trainer]]:
+                  lineage: Callable[[dict], None] | None = None,
+                  measure: Callable | None = None) -> tuple[list[RunResult | None], list[Trainer]]:
     """Train K runs as one population: member k is ``configs[k]``'s seed ``seeds[k]``, in
     ``configs[k].output / seed-N``, answering ``callbacks[k]``. The configurations may differ only in what the
     algorithm's population lets members differ in (PPO's: learning rate, ``ent_coef``, ``clip_coef``). With
     ``lineage``, population-based training runs over them (the first configuration's ``pbt_interval``) and its
-    lineage is handed to ``lineage`` as it grows. Returns each member's result (None for one that raised before
+    lineage is handed to ``lineage`` as it grows; ``measure`` scores every member's validations (the game's
+    exploitability; members validate one at a time). Returns each member's result (None for one that raised before
     it had one) and the trainers."""
     first = configs[0]
     for c in configs:
@@ -240,7 +244,7 @@ def train_members(configs: Sequence[TrainConfig], seeds: Sequence[int], log: Cal
     k = len(configs)
     check_env_and_memory(dataclasses.replace(first, num_envs=first.num_envs * k), device)
     display = "plain" if display in ("auto", "live") else display
-    trainers = [MemberTrainer(c, seed, run_dir, log, display, callbacks=cb)
+    trainers = [MemberTrainer(c, seed, run_dir, log, display, measure, callbacks=cb)
                 for c, seed, run_dir, cb in zip(configs, seeds, run_dirs, callbacks)]
     if trainers[0].reward_terms:
         raise UsageError(f"--parallel: {first.env} reports reward terms per environment, which a population "

@@ -155,9 +155,9 @@ class Trainer(CheckpointMixin):
 
     def league_of(self, policy) -> object:
         """Setup's opponent slot under ``--self-play``: a league of ``policy``'s snapshots; its members play."""
-        cfg = self.config
-        settings = LeagueSettings(cfg.snapshot_every, cfg.pool_size, cfg.pfsp, cfg.latest_share, cfg.baseline_share)
-        self.league = League(policy, cfg.num_envs, settings, derive_seed(self.seed, "league"))
+        c = self.config
+        self.league = League(policy, c.num_envs, LeagueSettings(c.snapshot_every, c.pool_size, c.pfsp, c.latest_share,
+                             c.baseline_share), derive_seed(self.seed, "league"), agents=self.env.spec.num_agents)
         return self.league.members
 
     def make_env(self, num_envs: int, seed: int, env_id: str | None = None) -> VecEnv:

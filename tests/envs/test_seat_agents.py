@@ -94,17 +94,21 @@ def test_exploitability_reads_the_game_through_the_view():
     assert ours.value == measure_exploitability(env_class("RussianRoulette-v0"), UniformRandomPolicy()).value
 
 
-def test_self_play_on_the_view_trains_and_is_measured(tmp_path, call_main):
+@pytest.mark.parametrize("mode", [(), ("--parallel", "--seeds", "11", "12")])
+def test_self_play_on_the_view_trains_and_is_measured(tmp_path, call_main, mode):
+    """Alone or as a population (--parallel), every run's validations are scored by the exact exploitability."""
     from rl_gpu.cli.train import main
 
     code, out, err = call_main(main, "--env", seats("RussianRoulette-v0"), "--algo", "ippo", "--device", "cpu",
                                "--output", tmp_path, "--num-envs", 64, "--num-steps", 16, "--total-timesteps", 2048,
-                               "--eval-every", 1, "--eval-episodes", 64, "--final-eval-episodes", 64, "--quiet")
+                               "--eval-every", 1, "--eval-episodes", 64, "--final-eval-episodes", 64, "--quiet",
+                               *mode)
     assert code == 0, err
-    summary = json.loads((tmp_path / "seed-11" / "summary.json").read_text())
-    assert summary["exploitability"]["unit"] == "win probability"
-    records = [json.loads(line) for line in (tmp_path / "seed-11" / "metrics.jsonl").read_text().splitlines()]
-    assert any("exploitability" in r.get("validation", r) for r in records)
+    for seed in (11, 12) if mode else (11,):
+        summary = json.loads((tmp_path / f"seed-{seed}" / "summary.json").read_text())
+        assert summary["exploitability"]["unit"] == "win probability"
+        lines = (tmp_path / f"seed-{seed}" / "metrics.jsonl").read_text().splitlines()
+        assert any("exploitability" in json.loads(line).get("validation", {}) for line in lines)
 
 
 @pytest.mark.slow

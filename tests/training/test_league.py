@@ -183,6 +183,9 @@ def _call(*args):
     (["--self-play", "--latest-share", "0.8", "--baseline-share", "0.5"], "sum to at most 1"),
     (["--self-play", "--pool-size", "0"], "--pool-size must be a positive integer"),
     (["--self-play", "--pfsp", "easy"], "--pfsp"),
+    (["--env", "vmas:navigation", "--algo", "mappo", "--self-play"], "--self-play needs a two-player game"),
+    (["--env", "RussianRoulette-v0?seats_as_agents=1", "--algo", "ippo", "--self-play", "--no-share-params"],
+     "the league's members are snapshots of one shared actor"),
 ])
 def test_self_play_input_errors_exit_2(tmp_path, monkeypatch, args, needle):
     monkeypatch.chdir(tmp_path)
@@ -239,3 +242,68 @@ def test_compiled_collection_plays_the_league_as_eager_collection_does():
     assert not torch.equal(actions["off", 1], actions["off", 2])
     assert torch.equal(actions["off", 1], actions["inductor", 1])
     assert torch.equal(actions["off", 2], actions["inductor", 2])
+
+
+def test_a_league_over_seats_rates_every_game_from_the_learners_seat():
+    """Seats as agents (M = 2): whole worlds per block; continuing rollouts hold several games per world, each
+    scored from the seat the learner controls; worlds against the latest self are not rated."""
+    from types import SimpleNamespace
+
+    league = League(_trained_like(0), num_rows=4, settings=LeagueSettings(pool_size=1, elo_k=16.0), seed=0, agents=2)
+    assert league.members.slot.shape == (8,) and league.members.num_blocks == 4  # one world (two seats) per block
+    league.before_iteration()
+    league.members.assign(torch.tensor([2, 1, 0, 2]))  # baseline, snapshot, latest self, baseline
+    assert league.world_slot.tolist() == [2, 1, 0, 2] and league.members.slot.tolist() == [2, 2, 1, 1, 0, 0, 2, 2]
+    controlled = torch.tensor([[True, False], [False, True], [True, True], [False, True]])
+    done = torch.tensor([[True, False, True, False], [False, True, False, False], [True, True, True, True]])
+    ret = torch.zeros(3, 4, 2)
+    ret[0, 0], ret[2, 0] = torch.tensor([1.0, -1.0]), torch.tensor([-1.0, 1.0])  # world 0: a win, then a loss
+    ret[1, 1], ret[2, 1] = torch.tensor([1.0, -1.0]), torch.tensor([-2.0, 2.0])  # world 1, seat 1: a loss, a win
+    ret[0, 2], ret[2, 2] = torch.tensor([1.0, -1.0]), torch.tensor([1.0, -1.0])  # latest: not rated
+    # world 3 (seat 1, against the baseline): one draw at step 2
+    league.after_iteration(SimpleNamespace(episode_return=ret * done[..., None], done=done, controlled=controlled))
+    assert league.games.tolist() == [0.0, 2.0, 3.0] and league.score.tolist() == [0.0, 1.0, 1.5]
+    # Both matches at the expected score 1/2: no rating moves.
+    assert league.rating.tolist() == [0.0, 0.0, 0.0]
+
+
+def _seats_config(out, **kw):
+    base = {"device": "cpu", "seeds": (5,), "num_envs": 32, "num_steps": 8, "total_timesteps": 1536,
+            "eval_every": 2, "eval_episodes": 64, "final_eval_episodes": 64, "checkpoint_every": 1, "output": out,
+            "overwrite": True, "self_play": True, "snapshot_every": 1, "pool_size": 2, "latest_share": 0.3,
+            "baseline_share": 0.3}
+    base.update(kw)
+    return dataclasses.replace(preset_config("RussianRoulette-v0?seats_as_agents=1", algo="ippo"), **base)
+
+
+def test_a_league_over_seats_trains_the_learners_seats_only_and_resumes_exactly(tmp_path):
+    """IPPO against a league on a game's seats: the learner plays both seats of the worlds given to its latest self
+    and one seat elsewhere (its only weighted rows); a paused run resumed ends as the run never paused."""
+    from rl_gpu.training.runner import Trainer
+
+    trainer = Trainer(_seats_config(tmp_path / "t"), 5, tmp_path / "t" / "seed-5", log=quiet)
+    result = trainer.algo.iterate()
+    assert "league/elo_learner" in result.learner
+    rollout = trainer.algo.inner.last_rollout
+    member = trainer.league.world_slot
+    assert (member == 0).any() and (member != 0).any()
+    controlled = rollout.controlled
+    assert controlled[member == 0].all()
+    assert controlled[member != 0].sum(-1).eq(1).all()
+    assert (rollout.weight * ~controlled).sum() == 0 and (rollout.weight * controlled).sum() > 0
+
+    (full,) = train(_seats_config(tmp_path / "a"), log=quiet)
+    (paused,) = train(_seats_config(tmp_path / "b"), log=quiet, stop_after=3)
+    assert paused.status == "paused"
+    resumed = resume(tmp_path / "b" / "seed-5", _seats_config(tmp_path / "b"), log=quiet)
+    assert resumed.status == full.status == "budget_spent"
+    a = load_checkpoint(tmp_path / "a" / "seed-5" / "last.pt")["trainer"]["algorithm"]
+    b = load_checkpoint(tmp_path / "b" / "seed-5" / "last.pt")["trainer"]["algorithm"]
+    for k in a["policy"]:
+        assert torch.equal(a["policy"][k], b["policy"][k]), k
+    for name in ("rating", "games", "score"):
+        assert torch.equal(a["league"][name], b["league"][name]), name
+    assert a["league"]["games"].sum() > 0
+    assert _metrics(tmp_path / "a" / "seed-5") == _metrics(tmp_path / "b" / "seed-5")
+    ratings = json.loads((tmp_path / "a" / "seed-5" / "ratings.json").read_text())
+    assert ratings["members"][0]["member"] == "learner" and ratings["members"][-1]["member"] == "uniform_random"

@@ -26,10 +26,11 @@ from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import EnvSpec, VecEnv
 from rl_gpu.data.episodes import agent_metrics
 from rl_gpu.data.rollout import Rollout
+from rl_gpu.envs.seat_agents import seat_game
 from rl_gpu.nn.actor_critic import policy_for_env
 from rl_gpu.nn.normalization import ValueNormalizer
+from rl_gpu.nn.opponents import StackedActors
 from rl_gpu.nn.per_agent import PerAgentActorCritic
-
 
 AGENT_METRICS = ("team_return", "agent_return_min", "agent_return_max")
 """What each iteration reports beyond PPO's metrics (:func:`~rl_gpu.data.episodes.agent_metrics`)."""
@@ -71,10 +72,26 @@ class MAPPO(PPO):
             cls._check_separate(config, setup.num_steps * env.num_envs)
             policy = PerAgentActorCritic.for_spec(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
                                                   setup.init_log_std)
+        if setup.opponent is not None:
+            cls._check_league(env, config)
         policy = policy.to(env.device)
-        return cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
+        algo = cls(policy, config, setup.learning_rate, derive_seed(setup.seed, "policy"), setup.compile,
                    env=env, num_steps=setup.num_steps, anneal_lr=setup.anneal_lr,
                    opponent_seed=derive_seed(setup.seed, "opponent"), precision=setup.precision)
+        if setup.opponent is not None:  # self-play against a league (rl_gpu.training.league): its members
+            algo.opponent = setup.opponent(algo.policy)
+        return algo
+
+    @classmethod
+    def _check_league(cls, env: VecEnv, config: MAPPOConfig) -> None:
+        """A league plays the seats the learner does not: a turn-based game's, with one shared actor."""
+        if seat_game(env) is None:
+            raise ValueError(f"--self-play with --algo {cls.name} plays a turn-based game's seats as agents "
+                             f"(ID?seats_as_agents=1, e.g. LeducHoldem-v0?seats_as_agents=1); {type(env).__name__} "
+                             "has agents acting at once: drop --self-play")
+        if not config.share_params:
+            raise ValueError(f"--self-play with --algo {cls.name} --no-share-params: the league's members are "
+                             "snapshots of one shared actor; drop --no-share-params")
 
     @classmethod
     def _check_separate(cls, config: MAPPOConfig, world_steps: int) -> None:
@@ -124,11 +141,22 @@ class MAPPO(PPO):
         """One ``[T, N, M]`` rollout (:func:`rl_gpu.collect.agents.collect_agents`), fresh tensors each call."""
         env, num_steps, episodic, opponent_rng = self._bound(env, num_steps, episodic, opponent_rng)
         carried = None if episodic or not self.recurrent else self._policy_state.get(env)
+        league = isinstance(self.opponent, StackedActors) and env is self.env
         rollout = collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic, opponent_rng=opponent_rng,
-                          policy_state=carried)
+                          policy_state=carried, opponent=self.opponent if league else None,
+                          controlled=self.league_controlled(env) if league else None)
         if self.recurrent and not episodic:
             self._policy_state[env] = rollout.policy_state
         return rollout
+
+    def league_controlled(self, env: VecEnv) -> Tensor:
+        """``[N, M]`` bool, the seats the learner plays against the league (``self.opponent``, whose blocks hold
+        whole worlds): every seat of a world assigned member 0 (its latest self: plain self-play), else seat
+        ``world index mod M``, fixed so that a game running across two rollouts keeps the learner in its seat."""
+        n, m = env.num_envs, env.spec.num_agents
+        member = self.opponent.slot.view(n, m)[:, 0]
+        seat = torch.arange(n, device=member.device) % m
+        return torch.nn.functional.one_hot(seat, m).bool() | (member == 0)[:, None]
 
     def iterate(self, *args, **kwargs) -> Iteration:
         """PPO's iteration, plus the team's and each agent's returns (:data:`AGENT_METRICS`, means over the
