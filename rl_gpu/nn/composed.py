@@ -10,6 +10,10 @@ D = continuous action dimensions.
   explicit, ``[N, 2, S]`` (the actor's and the critic's; S = H for a GRU, 2H for an LSTM's hidden and cell
   states side by side), an input and an output of every step (:mod:`rl_gpu.nn.memory`'s protocol).
 - Head (:mod:`rl_gpu.nn.heads`): masked categorical or diagonal Gaussian.
+- Asymmetric critic (``critic_obs_dim`` C > 0, an environment with a ``critic`` group; MLP encoders only): the
+  critic's encoder reads ``concat(flattened obs, critic_obs)`` (``[N, O + C]``), the actor ``obs`` alone; with
+  ``normalize_obs`` the privileged part has running statistics of its own. Called without ``critic_obs`` (exports,
+  players) it still acts, reports zero values and holds the critic's memory.
 
 Without memory it is a feed-forward actor-critic with the interface every algorithm uses (``act``, ``evaluate``,
 ``value``, ``update_normalizer``, ``config``, ``export_module``); with memory it also offers ``initial_state``,
@@ -46,24 +50,32 @@ class ComposedActorCritic(nn.Module):
         lstm: the memory is an LSTM cell rather than a GRU cell.
         normalize_obs: running observation statistics (flattened) in front of both encoders.
         init_log_std: a Gaussian head's initial log standard deviation.
+        critic_obs_dim: C, privileged observations the critic reads besides ``obs`` (0: none).
     """
 
     def __init__(self, obs_shape: Sequence[int], num_actions: int = 0, action_dim: int = 0,
                  hidden_sizes: Sequence[int] = (64, 64), channels: Sequence[int] = (), memory_size: int = 0,
-                 normalize_obs: bool = False, init_log_std: float = 0.0, lstm: bool = False) -> None:
+                 normalize_obs: bool = False, init_log_std: float = 0.0, lstm: bool = False,
+                 critic_obs_dim: int = 0) -> None:
         super().__init__()
         self.obs_shape = tuple(int(s) for s in obs_shape)
         if not self.obs_shape or any(s <= 0 for s in self.obs_shape) or any(h <= 0 for h in hidden_sizes) \
                 or memory_size < 0:
             raise ValueError(f"obs_shape and hidden sizes must be positive and memory_size >= 0, got "
                              f"{self.obs_shape}, {tuple(hidden_sizes)}, {memory_size}")
+        if critic_obs_dim < 0 or (critic_obs_dim and channels):
+            raise ValueError(f"critic_obs_dim must be >= 0, and 0 with a CNN encoder; got {critic_obs_dim} with "
+                             f"channels {tuple(channels)}")
         self.obs_dim = math.prod(self.obs_shape)
         self.num_actions, self.action_dim = int(num_actions), int(action_dim)
         self.hidden_sizes, self.channels = tuple(hidden_sizes), tuple(channels)
         self.memory_size, self.normalize_obs, self.init_log_std = memory_size, normalize_obs, init_log_std
         self.obs_rms = RunningMeanStd(self.obs_dim) if normalize_obs else None
+        self.critic_obs_dim = int(critic_obs_dim)
+        self.critic_obs_rms = RunningMeanStd(self.critic_obs_dim) if normalize_obs and critic_obs_dim else None
         self.actor_encoder = make_encoder(self.obs_shape, hidden_sizes, channels)
-        self.critic_encoder = make_encoder(self.obs_shape, hidden_sizes, channels)
+        critic_shape = (self.obs_dim + self.critic_obs_dim,) if critic_obs_dim else self.obs_shape
+        self.critic_encoder = make_encoder(critic_shape, hidden_sizes, channels)
         features = self.actor_encoder.out_size
         self.lstm = bool(lstm) and memory_size > 0
         cell = nn.LSTMCell if self.lstm else nn.GRUCell
@@ -87,18 +99,38 @@ class ComposedActorCritic(nn.Module):
             return x
         return self.obs_rms(x.reshape(*leading_dims(x, self.obs_shape), self.obs_dim))
 
-    def _features(self, obs: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def _encode(self, x: Tensor, critic_obs: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """The encoders' outputs for preprocessed ``x`` (``[..., *O]``); the critic's is None where it reads a
+        ``critic`` group that was not given."""
+        a = self.actor_encoder(x)
+        if not self.critic_obs_dim:
+            return a, self.critic_encoder(x)
+        if critic_obs is None:
+            return a, None
+        privileged = to_float(critic_obs)
+        if self.critic_obs_rms is not None:
+            privileged = self.critic_obs_rms(privileged)
+        flat = x.reshape(*leading_dims(x, self.obs_shape), self.obs_dim)
+        return a, self.critic_encoder(torch.cat([flat, privileged], dim=-1))
+
+    def _features(self, obs: Tensor, state: Tensor | None,
+                  critic_obs: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """``(actor features, critic features, next state)`` for ``[N, *O]`` observations."""
-        x = self.preprocess(obs)
-        a, c = self.actor_encoder(x), self.critic_encoder(x)
+        a, c = self._encode(self.preprocess(obs), critic_obs)
         if self.memory_size == 0:
             return a, c, None
         if state is None:
             raise ValueError("this policy has memory: call act_with_state / value_with_state with its state "
                              "(initial_state(n) for fresh episodes)")
         a, a_state = self._remember(self.actor_memory, a, state[:, 0])
-        c, c_state = self._remember(self.critic_memory, c, state[:, 1])
+        c_state = state[:, 1]  # held where the critic has no input
+        if c is not None:
+            c, c_state = self._remember(self.critic_memory, c, c_state)
         return a, c, torch.stack([a_state, c_state], dim=1)
+
+    def _value(self, c: Tensor | None, rows: int, device: torch.device) -> Tensor:
+        """``[N]`` values from critic features; zeros where the critic had no input (no ``critic_obs``)."""
+        return torch.zeros(rows, device=device) if c is None else self.value_layer(c).squeeze(-1)
 
     def _remember(self, cell: nn.Module, x: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
         """``(output [N, H], next state [N, S])`` of one memory cell."""
@@ -119,7 +151,7 @@ class ComposedActorCritic(nn.Module):
             ) -> PolicyOutput:
         """One action per row of ``[N, *O]`` observations (sampled from ``noise`` when given)."""
         self._no_memory("act")
-        out, _ = self.act_with_state(obs, None, action_mask, generator, deterministic, noise)
+        out, _ = self.act_with_state(obs, None, action_mask, generator, deterministic, noise, critic_obs)
         return out
 
     def evaluate(self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None,
@@ -127,18 +159,21 @@ class ComposedActorCritic(nn.Module):
         """``(log_prob [N], entropy [N], value [N])`` of given actions (feed-forward policies; with memory,
         :meth:`evaluate_sequence`)."""
         self._no_memory("evaluate_sequence: evaluate")
-        a, c, _ = self._features(obs, None)
-        return (*self.head.log_prob_entropy(a, action, action_mask), self.value_layer(c).squeeze(-1))
+        a, c, _ = self._features(obs, None, critic_obs)
+        return (*self.head.log_prob_entropy(a, action, action_mask), self._value(c, a.shape[0], a.device))
 
     def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
         self._no_memory("value")
-        return self.value_with_state(obs, None)
+        return self.value_with_state(obs, None, critic_obs)
 
     def update_normalizer(self, obs: Tensor, weight: Tensor | None = None, critic_obs: Tensor | None = None) -> None:
-        """Merge observations (``[..., *O]``, rows weighted by ``weight``) into the running statistics."""
+        """Merge observations (``[..., *O]``, rows weighted by ``weight``; ``critic_obs`` ``[..., C]`` too, into
+        their own statistics) into the running statistics."""
         if self.obs_rms is not None:
             x = to_float(obs)
             self.obs_rms.update(x.reshape(*leading_dims(x, self.obs_shape), self.obs_dim), weight)
+        if self.critic_obs_rms is not None and critic_obs is not None:
+            self.critic_obs_rms.update(to_float(critic_obs), weight)
 
     # --- memory -------------------------------------------------------------------------------------------
 
@@ -151,14 +186,14 @@ class ComposedActorCritic(nn.Module):
                        generator: torch.Generator | None = None, deterministic: bool = False,
                        noise: Tensor | None = None, critic_obs: Tensor | None = None) -> tuple[PolicyOutput, Tensor]:
         """One decision, and the state after ``obs`` was seen (None without memory)."""
-        a, c, after = self._features(obs, state)
+        a, c, after = self._features(obs, state, critic_obs)
         action, log_prob = self.head.act(a, action_mask, generator, deterministic, noise)
-        return PolicyOutput(action, log_prob, self.value_layer(c).squeeze(-1)), after
+        return PolicyOutput(action, log_prob, self._value(c, a.shape[0], a.device)), after
 
     def value_with_state(self, obs: Tensor, state: Tensor | None, critic_obs: Tensor | None = None) -> Tensor:
         """``[N]`` V(obs) for a policy in ``state`` (the state before ``obs``)."""
-        _, c, _ = self._features(obs, state)
-        return self.value_layer(c).squeeze(-1)
+        a, c, _ = self._features(obs, state, critic_obs)
+        return self._value(c, a.shape[0], a.device)
 
     def sequence_step(self, a_in: Tensor, c_in: Tensor, state: Tensor, start: Tensor,
                       initial: Tensor, hold: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -174,18 +209,21 @@ class ComposedActorCritic(nn.Module):
         return a, c, after if hold is None else torch.where(hold[:, None, None], state, after)
 
     def evaluate_sequence(self, obs: Tensor, action: Tensor, action_mask: Tensor | None, state0: Tensor,
-                          starts: Tensor, step=None, hold: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                          starts: Tensor, step=None, hold: Tensor | None = None,
+                          critic_obs: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(log_prob, entropy, value)``, each ``[T, N]``, of a rollout's steps replayed from ``state0``
         (``[N, 2, S]``, the state before step 0); ``starts`` ``[T, N]`` bool: an episode starts at step t (its
         state is the initial one there, as the collector reset it); ``hold`` ``[T, N]`` bool (turn-based games):
         the step is not the learner's, so its state does not advance there. ``step``: :meth:`sequence_step` or a
-        compiled form of it."""
+        compiled form of it. ``critic_obs`` ``[T, N, C]``: the ``critic`` group of an asymmetric critic."""
         # The encoders and the heads see every step at once ([T, n] leading dimensions); only the memory, whose
         # input at t is its own output at t - 1, runs step by step (compiling the T unrolled steps as one graph
         # took minutes: a compiled update compiles the one step instead).
         step = self.sequence_step if step is None else step
-        x = self.preprocess(obs)
-        a_in, c_in = self.actor_encoder(x), self.critic_encoder(x)
+        if self.critic_obs_dim and critic_obs is None:
+            raise ValueError(f"this policy's critic reads {self.critic_obs_dim} privileged observations (the "
+                             "environment's critic group): pass critic_obs")
+        a_in, c_in = self._encode(self.preprocess(obs), critic_obs)
         initial = self.initial_state(obs.shape[1])
         state, a_out, c_out = state0, [], []
         for t in range(obs.shape[0]):
@@ -205,7 +243,8 @@ class ComposedActorCritic(nn.Module):
         # Entries of a part it does not have are left out (a checkpoint's sizes are positive integers).
         parts = {**({"channels": list(self.channels)} if self.channels else {}),
                  **({"memory_size": self.memory_size} if self.memory_size else {}),
-                 **({"lstm": True} if self.lstm else {})}
+                 **({"lstm": True} if self.lstm else {}),
+                 **({"critic_obs_dim": self.critic_obs_dim} if self.critic_obs_dim else {})}
         return {"kind": "composed", "obs_shape": list(self.obs_shape), **sizes,
                 "hidden_sizes": list(self.hidden_sizes), **parts, "normalize_obs": self.normalize_obs}
 
@@ -226,11 +265,13 @@ def composed_for_env(spec: EnvSpec, hidden_sizes: Sequence[int], normalize_obs: 
                      init_log_std: float, memory_size: int = 0, lstm: bool = False) -> ComposedActorCritic:
     """``--policy composed``: MinAtar's CNN (one 3x3 convolution of 16 channels) for ``[H, W, C]`` frames, an
     MLP otherwise; the hidden sizes are the run's; a GRU (``lstm``: an LSTM) of ``memory_size`` units after each
-    encoder (``--memory gru`` or ``lstm``)."""
-    if "critic" in spec.obs_groups:
-        raise ValueError("policy kind 'composed' has no critic observation group yet: use --policy auto")
+    encoder (``--memory gru`` or ``lstm``); with a ``critic`` observation group the critic also reads it."""
     frames = len(spec.obs_shape) == 3
+    if "critic" in spec.obs_groups and frames:
+        raise ValueError("policy kind 'composed' reads a critic observation group beside vector observations only, "
+                         "not frames: use an environment without one")
     sizes = {"action_dim": spec.action_size, "init_log_std": init_log_std} if spec.is_continuous \
         else {"num_actions": spec.num_actions}
     return ComposedActorCritic(spec.obs_shape, hidden_sizes=hidden_sizes, channels=(16,) if frames else (),
-                               memory_size=memory_size, lstm=lstm, normalize_obs=normalize_obs, **sizes)
+                               memory_size=memory_size, lstm=lstm, normalize_obs=normalize_obs,
+                               critic_obs_dim=spec.critic_obs_size if "critic" in spec.obs_groups else 0, **sizes)

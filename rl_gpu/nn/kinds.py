@@ -133,7 +133,7 @@ register_policy_kind(PolicyKind(
 register_policy_kind(PolicyKind(
     "composed", "rl_gpu.nn.composed:ComposedActorCritic",
     {"obs_shape": list, "num_actions": int, "action_dim": int, "hidden_sizes": list, "channels": list,
-     "memory_size": int, "lstm": bool, "normalize_obs": bool, "init_log_std": float},
+     "memory_size": int, "lstm": bool, "normalize_obs": bool, "init_log_std": float, "critic_obs_dim": int},
     ("obs_shape",), "any", "rl_gpu.nn.composed:composed_for_env",
     "encoder (CNN for [H, W, C] frames, else MLP) + optional GRU/LSTM memory + head, and its own critic"))
 register_policy_kind(PolicyKind(

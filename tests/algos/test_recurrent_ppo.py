@@ -111,19 +111,66 @@ def test_each_agents_memory_moves_on_its_own_turns_and_the_replay_follows():
     assert abs(advanced["approx_kl"]) > 1e-4, advanced
 
 
-def test_ippo_with_memory_trains_a_games_seats_and_mappo_refuses_it(tmp_path, call_main):
+@pytest.mark.parametrize("algo", ["ippo", "mappo"])
+def test_memory_trains_a_games_seats_and_separate_networks_refuse_it(tmp_path, call_main, algo):
     from rl_gpu.cli.train import main
+    from rl_gpu.runtime.checkpoint import load_checkpoint
 
     env_id = "RussianRoulette-v0?seats_as_agents=1"
-    code, _, err = call_main(main, "--env", env_id, "--algo", "ippo", "--memory", "gru", "--device", "cpu",
-                             "--output", tmp_path / "ippo", "--num-envs", 32, "--num-steps", 16, "--total-timesteps",
+    code, _, err = call_main(main, "--env", env_id, "--algo", algo, "--memory", "gru", "--device", "cpu",
+                             "--output", tmp_path / "run", "--num-envs", 32, "--num-steps", 16, "--total-timesteps",
                              1024, "--eval-episodes", 32, "--final-eval-episodes", 32, "--quiet")
     assert code == 0, err
-    assert (tmp_path / "ippo" / "seed-11" / "best.pt").is_file()
-    code, _, err = call_main(main, "--env", env_id, "--algo", "mappo", "--memory", "gru", "--device", "cpu",
-                             "--output", tmp_path / "mappo", "--total-timesteps", 1024)
-    assert code == 2 and "--memory gru does not apply to --algo mappo" in err
-    assert not (tmp_path / "mappo").exists()
+    config = load_checkpoint(tmp_path / "run" / "seed-11" / "best.pt")["policy_config"]
+    assert config["memory_size"] > 0 and config.get("critic_obs_dim", 0) == (12 if algo == "mappo" else 0)
+    code, _, err = call_main(main, "--env", env_id, "--algo", algo, "--memory", "gru", "--no-share-params",
+                             "--device", "cpu", "--output", tmp_path / "separate", "--total-timesteps", 1024)
+    assert code == 2 and "a policy with memory is one network shared by the agents" in err, err
+    assert not (tmp_path / "separate").exists()
+
+
+def test_a_centralised_critic_with_memory_replays_its_values_and_reads_the_critic_group():
+    """MAPPO with memory: the critic's encoder reads the agent's observation and the world's critic group; the
+    replay of a seats rollout reproduces the collection's log-probabilities and values; the actor ignores the
+    group and still acts without it (exports, players)."""
+    from rl_gpu.nn.kinds import build_policy
+
+    env = make("LeducHoldem-v0?seats_as_agents=1", num_envs=8, seed=0)
+    torch.manual_seed(0)
+    obs_dim, critic_dim = env.spec.obs_size, env.spec.critic_obs_size
+    policy = ComposedActorCritic((obs_dim,), num_actions=env.spec.num_actions, hidden_sizes=(16,), memory_size=8,
+                                 normalize_obs=True, critic_obs_dim=critic_dim)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.normal_(0.0, 0.5)
+    policy.update_normalizer(torch.randn(64, obs_dim), critic_obs=torch.randn(64, critic_dim) * 2 + 1)
+    rollout = collect(policy, env, 12, torch.Generator().manual_seed(1))
+    rows = rollout.agents_as_rows(critic=True)
+    assert rows.critic_obs.shape == (12, 16, critic_dim)
+    config = PPOConfig()
+    advantage, returns = UpdateUnits(policy, torch.optim.Adam(policy.parameters()), config).gae(rows, True)
+    seq = sequence_batch(rows, advantage, returns, continuous=False, weighted=True)
+    held = dict(zip(LOSS_STATS, sequence_loss(policy, config, seq, torch.arange(16))[1].tolist()))
+    assert held["approx_kl"] == 0.0 and held["clip_fraction"] == 0.0, held
+    hold = rows.weight == 0
+    starts = torch.cat([torch.zeros_like(rows.done[:1]), rows.done[:-1]])
+    _, _, value = policy.evaluate_sequence(rows.obs, rows.action, rows.action_mask, rows.policy_state0, starts,
+                                           hold=hold, critic_obs=rows.critic_obs)
+    assert torch.allclose(value[~hold], rows.value[~hold], atol=1e-5)
+    state = policy.initial_state(4)
+    obs, critic = rows.obs[0, :4], rows.critic_obs[0, :4]
+    with_group, _ = policy.act_with_state(obs, state, deterministic=True, critic_obs=critic)
+    other, _ = policy.act_with_state(obs, state, deterministic=True, critic_obs=critic.flip(0))
+    alone, after = policy.act_with_state(obs, state, deterministic=True)
+    assert torch.equal(with_group.action, other.action) and torch.equal(with_group.action, alone.action)
+    assert not torch.allclose(with_group.value, other.value) and torch.equal(alone.value, torch.zeros(4))
+    assert torch.equal(after[:, 1], state[:, 1])  # the critic's memory is held without its input
+    with pytest.raises(ValueError, match="pass critic_obs"):
+        policy.evaluate_sequence(rows.obs, rows.action, rows.action_mask, rows.policy_state0, starts)
+    rebuilt = build_policy(policy.config())
+    rebuilt.load_state_dict(policy.state_dict())
+    again, _ = rebuilt.act_with_state(obs, state, deterministic=True, critic_obs=critic)
+    assert torch.equal(again.value, with_group.value)
 
 
 def test_memory_trains_on_a_turn_based_game():

@@ -61,10 +61,9 @@ class MAPPO(PPO):
         if cls.centralised and "critic" not in spec.obs_groups:
             raise ValueError(f"--algo mappo's critic reads the world's critic observation group, and "
                              f"{type(env).__name__} has none: use --algo ippo")
-        if setup.memory_size and (cls.centralised or not config.share_params):
-            raise ValueError(f"--algo {cls.name}{'' if config.share_params else ' --no-share-params'} with --memory: "
-                             "a policy with memory is one shared network whose critic reads the agent's own "
-                             "observation (--algo ippo)")
+        if setup.memory_size and not config.share_params:
+            raise ValueError(f"--algo {cls.name} --no-share-params with --memory: a policy with memory is one network "
+                             "shared by the agents; drop --no-share-params")
         if config.share_params:
             policy = policy_for_env(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
                                     setup.init_log_std, memory_size=setup.memory_size, lstm=setup.lstm)

@@ -50,7 +50,7 @@ def sequence_batch(batch: Rollout, advantage: Tensor, returns: Tensor, continuou
     done = batch.done
     starts = torch.cat([torch.zeros_like(done[:1]), done[:-1]])
     steps = FlatBatch(batch.obs, batch.action, None if continuous else batch.action_mask, batch.log_prob,
-                      batch.value, advantage, returns, batch.weight if weighted else None)
+                      batch.value, advantage, returns, batch.weight if weighted else None, batch.critic_obs)
     # A turn-based game's learner advances its state on its own decisions only (the collector holds it through the
     # opponent's turns); holding it at every step of weight 0 (padding after a game, too) replays exactly that.
     hold = batch.weight == 0 if weighted else None
@@ -78,8 +78,10 @@ def sequence_loss(policy: Any, config: PPOConfig, seq: SequenceBatch, cols: Tens
     extra = {} if step is None else {"step": step}
     if seq.hold is not None:
         extra["hold"] = columns(seq.hold)
+    if steps.critic_obs is not None:  # an asymmetric critic's group
+        extra["critic_obs"] = steps.critic_obs
     replayed = policy.evaluate_sequence(steps.obs, steps.action, steps.action_mask,
                                         seq.state0.index_select(0, cols), columns(seq.starts), **extra)
-    mb = {name: None if x is None else x.flatten(0, 1) for name, x in steps._asdict().items()}
+    mb = {name: None if x is None else x.flatten(0, 1) for name, x in steps._asdict().items() if name != "critic_obs"}
     loss, stats = ppo_loss(_Replayed(tuple(x.flatten(0, 1) for x in replayed)), mb, config)
     return loss, torch.stack([stats[k].detach() for k in LOSS_STATS])
