@@ -207,10 +207,7 @@ class AlgorithmSpec:
                    (config.parallel and getattr(config.algo_params, "ent_coef_final", None) is not None,
                     "--parallel with --ent-coef-final", "a population's members keep their own ent_coef")]
         if config.memory != "none":
-            refused += [(config.self_play, f"--self-play with --memory {config.memory}",
-                         "the league's opponents are feed-forward for now; a policy with memory plays a turn-based "
-                         "game against the uniform-random player"),
-                        (config.parallel, f"--parallel with --memory {config.memory}",
+            refused += [(config.parallel, f"--parallel with --memory {config.memory}",
                          "a population stacks the built-in actor-critics")]
         if config.policy != "auto":
             refused += [(config.self_play, f"--self-play with --policy {config.policy}",

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from rl_gpu.collect.seats import OpponentPlayer
 from rl_gpu.core.pytree import tree_where
 from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.data.rollout import Rollout
@@ -97,7 +98,7 @@ def collect_agents(
         raise ValueError(f"controlled must be a [{n}, {m}] bool tensor, got {controlled.dtype} "
                          f"{list(controlled.shape)}")
     controlled = controlled.to(device)
-    opponent = opponent if opponent is not None else UniformRandomPolicy()
+    opponent = OpponentPlayer(opponent if opponent is not None else UniformRandomPolicy(), n * m)
     step = env.reset() if episodic else env.observe()
     live = torch.ones(n, dtype=torch.bool, device=device)
     record: dict[str, list[Tensor]] = {k: [] for k in Rollout.__dataclass_fields__}
@@ -116,7 +117,7 @@ def collect_agents(
                              **_critic(step.critic_obs, m))
         action = out.action.view(n, m, *out.action.shape[1:])
         if not everyone:
-            other = opponent.act(_rows(step.obs), _rows(step.action_mask), opponent_rng)
+            other = opponent.act(_rows(step.obs), _rows(step.action_mask), opponent_rng, _rows(acting & ~controlled))
             mine = controlled.view(n, m, *([1] * (out.action.dim() - 1)))
             action = torch.where(mine, action, other.action.view(n, m, *other.action.shape[1:]))
         record["obs"].append(step.obs)
@@ -150,6 +151,7 @@ def collect_agents(
             live = live & ~done
         if recurrent:
             state = reset_state(step.done.repeat_interleave(m), initial, after)
+        opponent.episodes_ended(step.done.repeat_interleave(m))
 
     stacked = {k: torch.stack(v) for k, v in record.items() if v}
     if episodic:

@@ -10,7 +10,8 @@ Two modes:
 - *episodic* (``episodic=True``; turn-based games such as roulette): every row starts a fresh game, the learner
   takes a random seat per row and a fixed opponent plays the other; ``T`` covers the longest possible game, so
   every game finishes inside the rollout and the steps after a row's game are padding. ``weight`` is 1 exactly
-  for learner decisions in a live game, and rewards are the learner seat's.
+  for learner decisions in a live game, and rewards are the learner seat's. An opponent with memory has its own
+  state, advancing on its own turns (:class:`~rl_gpu.collect.seats.OpponentPlayer`).
 
 A recurrent learner (:mod:`rl_gpu.nn.memory`) acts with an explicit state: it starts at ``policy_state`` (else,
 and in episodic mode, its ``initial_state``), is reset to the initial state in exactly the rows whose episode
@@ -30,7 +31,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.collect.agents import collect_agents
-from rl_gpu.collect.seats import seat_column
+from rl_gpu.collect.seats import OpponentPlayer, seat_column
 from rl_gpu.core.pytree import tree_where
 from rl_gpu.core.types import Actor, VecEnv
 from rl_gpu.data.episodes import EpisodeTally
@@ -94,7 +95,7 @@ def collect(
     step = env.reset() if episodic else env.observe()
     if learner_seat is None:
         learner_seat = torch.randint(0, env.num_players, (n,), generator=opponent_rng, device=device)
-    opponent = opponent if opponent is not None else UniformRandomPolicy()
+    opponent = OpponentPlayer(opponent if opponent is not None else UniformRandomPolicy(), n)
     live = torch.ones(n, dtype=torch.bool, device=device)
     keep = record == "rollout"
     steps: dict[str, list[Tensor]] = {k: [] for k in Rollout.__dataclass_fields__}
@@ -113,7 +114,7 @@ def collect(
             out = policy.act(step.obs, step.action_mask, policy_rng, deterministic, **critic_kwargs(step.critic_obs))
         action = out.action
         if env.num_players > 1:
-            other = opponent.act(step.obs, step.action_mask, opponent_rng)
+            other = opponent.act(step.obs, step.action_mask, opponent_rng, ~learner_turn)
             action = torch.where(learner_turn, action, other.action)
         if keep:
             if step.critic_obs is not None:
@@ -147,6 +148,7 @@ def collect(
             live = live & ~done
         if recurrent:
             state = reset_state(step.done, initial, after)
+        opponent.episodes_ended(step.done)
 
     if not keep:
         return tally

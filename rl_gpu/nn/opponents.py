@@ -55,8 +55,7 @@ class StackedActors(nn.Module):
 
     def __init__(self, template: ActorCritic, capacity: int, num_rows: int, num_blocks: int | None = None) -> None:
         super().__init__()
-        if not isinstance(template, ActorCritic):
-            raise TypeError(f"a league stacks categorical actor-critics (ActorCritic), not {type(template).__name__}")
+        self._check_template(template)
         if capacity <= 0 or num_rows <= 0:
             raise ValueError(f"capacity and num_rows must be positive, got {capacity} and {num_rows}")
         num_blocks = block_count(num_rows) if num_blocks is None else num_blocks
@@ -66,16 +65,16 @@ class StackedActors(nn.Module):
         self.rows_per_block = num_rows // num_blocks
         device = next(template.parameters()).device
         self.capacity = capacity
-        self.layers = list(template.actor)
+        self.layers = self._layers(template)
         """The template's layers: its linear ones are shapes only (the stacked buffers replace their parameters,
         :func:`~rl_gpu.nn.layers.stacked_mlp`); the others (activations) apply elementwise."""
-        self.linear_count = 0
-        for layer in template.actor:
-            if type(layer) is nn.Linear:
-                i = self.linear_count
-                self.register_buffer(f"weight_{i}", torch.zeros(capacity, *layer.weight.shape, device=device))
-                self.register_buffer(f"bias_{i}", torch.zeros(capacity, *layer.bias.shape, device=device))
-                self.linear_count += 1
+        linears = self._linears(template)
+        self.linear_count = len(linears)
+        for i, layer in enumerate(linears):
+            self.register_buffer(f"weight_{i}", torch.zeros(capacity, *layer.weight.shape, device=device))
+            self.register_buffer(f"bias_{i}", torch.zeros(capacity, *layer.bias.shape, device=device))
+        for name, tensor in self._extra(template).items():
+            self.register_buffer(name, torch.zeros(capacity, *tensor.shape, device=device))
         self.normalize_obs = template.obs_rms is not None
         if self.normalize_obs:
             rms = template.obs_rms
@@ -88,17 +87,40 @@ class StackedActors(nn.Module):
         self.register_buffer("block_slot", torch.zeros(num_blocks, dtype=torch.long, device=device))
         self.register_buffer("slot", torch.zeros(num_rows, dtype=torch.long, device=device))
 
+    # --- what a member is made of (a subclass stacks another actor: rl_gpu.nn.recurrent_opponents) ---------
+
+    @staticmethod
+    def _check_template(template: nn.Module) -> None:
+        if not isinstance(template, ActorCritic):
+            raise TypeError(f"a league stacks categorical actor-critics (ActorCritic), not {type(template).__name__}")
+
+    @staticmethod
+    def _layers(policy: nn.Module) -> list[nn.Module]:
+        """The actor's layers in order, as :func:`~rl_gpu.nn.layers.stacked_mlp` runs them."""
+        return list(policy.actor)
+
+    def _linears(self, policy: nn.Module) -> list[nn.Linear]:
+        """The actor's linear layers, stacked as ``weight_i`` / ``bias_i``."""
+        return [layer for layer in self._layers(policy) if type(layer) is nn.Linear]
+
+    @staticmethod
+    def _extra(policy: nn.Module) -> dict[str, Tensor]:
+        """Other parameters a member holds (buffer name -> the policy's tensor); none here."""
+        return {}
+
     @torch.no_grad()
     def load_member(self, k: int, policy: ActorCritic) -> None:
         """Copy ``policy``'s actor (and observation statistics) into member ``k``, in place (a captured graph
         keeps reading the same memory)."""
-        linears = [layer for layer in policy.actor if type(layer) is nn.Linear]
+        linears = self._linears(policy)
         if len(linears) != self.linear_count:
             raise ValueError(f"policy has {len(linears)} linear layers in its actor, the league's members "
                              f"{self.linear_count}")
         for i, layer in enumerate(linears):
             getattr(self, f"weight_{i}")[k].copy_(layer.weight)
             getattr(self, f"bias_{i}")[k].copy_(layer.bias)
+        for name, tensor in self._extra(policy).items():
+            getattr(self, name)[k].copy_(tensor)
         if self.normalize_obs:
             self.obs_mean[k].copy_(policy.obs_rms.mean)
             self.obs_var[k].copy_(policy.obs_rms.var)
@@ -125,8 +147,8 @@ class StackedActors(nn.Module):
         self.block_slot.copy_(block_slot)
         self.slot.copy_(block_slot.repeat_interleave(self.rows_per_block))
 
-    def logits(self, obs: Tensor) -> Tensor:
-        """``[N, A]``: each row's (unmasked) logits from the member of its block, for ``obs`` ``[N, O]``."""
+    def blocks(self, obs: Tensor) -> Tensor:
+        """``[B, R, O]``: ``obs`` ``[N, O]`` by block, normalised by each block's member where it normalises."""
         member = self.block_slot
         x = obs.view(self.num_blocks, self.rows_per_block, obs.shape[-1])
         if self.normalize_obs:
@@ -135,6 +157,12 @@ class StackedActors(nn.Module):
             scale = torch.rsqrt(var + self.epsilon).to(obs.dtype)[:, None, :]
             normalized = ((x - mean[:, None, :]) * scale).clamp(-self.clip, self.clip)
             x = torch.where((self.obs_count[member] > 0)[:, None, None], normalized, x)
+        return x
+
+    def logits(self, obs: Tensor) -> Tensor:
+        """``[N, A]``: each row's (unmasked) logits from the member of its block, for ``obs`` ``[N, O]``."""
+        member = self.block_slot
+        x = self.blocks(obs)
         params = [(getattr(self, f"weight_{i}")[member], getattr(self, f"bias_{i}")[member])
                   for i in range(self.linear_count)]
         return stacked_mlp(self.layers, params, x).reshape(obs.shape[0], -1)

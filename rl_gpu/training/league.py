@@ -3,10 +3,11 @@ in one batch, with Elo ratings and prioritised fictitious self-play (PFSP).
 
 Shape legend: N = rows (games) of an iteration, K = league members.
 
-Members (:class:`~rl_gpu.nn.opponents.StackedActors`, one batched forward for all): member 0 is the learner as
-it is at the start of the iteration (``latest``); members ``1..P`` hold snapshots copied from the learner every
-``snapshot_every`` iterations, the oldest replaced once ``P`` are held; the last member is the uniform-random
-baseline. Before each iteration every block of rows (:func:`~rl_gpu.nn.opponents.block_count`: up to 256 equal
+Members (:class:`~rl_gpu.nn.opponents.StackedActors`, one batched forward for all; for a learner with memory
+:class:`~rl_gpu.nn.recurrent_opponents.StackedRecurrentActors`, each row's state carried by the collector): member
+0 is the learner as it is at the start of the iteration (``latest``); members ``1..P`` hold snapshots copied from
+the learner every ``snapshot_every`` iterations, the oldest replaced once ``P`` are held; the last member is the
+uniform-random baseline. Before each iteration every block of rows (:func:`~rl_gpu.nn.opponents.block_count`: up to 256 equal
 blocks) is assigned a member, drawn independently from the mixture::
 
     latest_share * [latest] + baseline_share * [baseline] + (1 - latest_share - baseline_share) * PFSP
@@ -41,7 +42,8 @@ from torch import Tensor, nn
 
 from rl_gpu.algos.base import Iteration, PhaseTimer, no_phase
 from rl_gpu.data.rollout import Rollout
-from rl_gpu.nn.opponents import StackedActors, block_count
+from rl_gpu.nn.opponents import block_count
+from rl_gpu.nn.recurrent_opponents import stacked_opponents
 
 PFSP_KINDS = ("hard", "variance", "uniform")
 LEAGUE_METRICS = ("league/elo_learner", "league/pool_size", "league/score_vs_league")
@@ -123,7 +125,7 @@ class League:
         self.pool = settings.pool_size
         self.size = self.pool + 2
         self.baseline = self.size - 1
-        self.members = StackedActors(learner, self.size, num_rows * agents, num_blocks=block_count(num_rows))
+        self.members = stacked_opponents(learner, self.size, num_rows * agents, num_blocks=block_count(num_rows))
         self.device = self.members.slot.device
         self.num_rows = num_rows
         self.rng = torch.Generator(device=self.device).manual_seed(seed)
