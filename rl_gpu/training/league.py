@@ -7,8 +7,8 @@ Members (:class:`~rl_gpu.nn.opponents.StackedActors`, one batched forward for al
 :class:`~rl_gpu.nn.recurrent_opponents.StackedRecurrentActors`, each row's state carried by the collector): member
 0 is the learner as it is at the start of the iteration (``latest``); members ``1..P`` hold snapshots copied from
 the learner every ``snapshot_every`` iterations, the oldest replaced once ``P`` are held; the last member is the
-uniform-random baseline. Before each iteration every block of rows (:func:`~rl_gpu.nn.opponents.block_count`: up to 256 equal
-blocks) is assigned a member, drawn independently from the mixture::
+uniform-random baseline. Before each iteration every block of rows (:func:`~rl_gpu.nn.opponents.block_count`: up
+to 256 equal blocks) is assigned a member, drawn independently from the mixture::
 
     latest_share * [latest] + baseline_share * [baseline] + (1 - latest_share - baseline_share) * PFSP
 
