@@ -159,7 +159,8 @@ PRESETS: dict[str, dict] = {
     "PandaPickCube-v0": _PANDA,
     # The quick arm task: the same settings for a 3M-step budget.
     "PandaReach-v0": {**_PANDA, "total_timesteps": 3_000_000, "eval_every": 25},
-    **{env_id: _MINATAR for env_id in ("MinAtar-Breakout-v1", "MinAtar-SpaceInvaders-v1", "MinAtar-Asterix-v1")},
+    **{env_id: _MINATAR for env_id in ("MinAtar-Breakout-v1", "MinAtar-SpaceInvaders-v1", "MinAtar-Asterix-v1",
+                                       "MinAtar-Seaquest-v1")},
     # A game of Freeway lasts 2,500 steps: fewer evaluation episodes for the same cost.
     "MinAtar-Freeway-v1": {**_MINATAR, "eval_episodes": 8, "final_eval_episodes": 64},
 }

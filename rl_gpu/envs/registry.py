@@ -387,6 +387,7 @@ register("MinAtar-SpaceInvaders-v1", "rl_gpu.envs.minatar.space_invaders:SpaceIn
 register("Addition-v0", "rl_gpu.envs.text.addition:AdditionEnv")
 register("MinAtar-Freeway-v1", "rl_gpu.envs.minatar.freeway:FreewayEnv")
 register("MinAtar-Asterix-v1", "rl_gpu.envs.minatar.asterix:AsterixEnv")
+register("MinAtar-Seaquest-v1", "rl_gpu.envs.minatar.seaquest:SeaquestEnv")
 register("HalfCheetah-v5", "rl_gpu.envs.mujoco.locomotion:HalfCheetahEnv")
 register("Hopper-v5", "rl_gpu.envs.mujoco.locomotion:HopperEnv")
 register("Walker2d-v5", "rl_gpu.envs.mujoco.locomotion:Walker2dEnv")

@@ -1,7 +1,8 @@
-"""MinAtar's Breakout, Space Invaders, Freeway and Asterix as tensor environments: every transition equals
+"""MinAtar's Breakout, Space Invaders, Freeway, Asterix and Seaquest as tensor environments: every transition equals
 ``minatar``'s own game fed the same state and the same random draws (sticky actions, Freeway's car speeds, Asterix's
-spawns; from resets, and from injected states chosen to reach what random play rarely does: cleared walls, cleared
-waves, difficulty ramps, scoring, full lanes), and the generic contract checks."""
+and Seaquest's spawns; from resets, and from injected states chosen to reach what random play rarely does: cleared
+walls, cleared waves, difficulty ramps, scoring, full lanes, crowded seas, rescues and surfacing), and the generic
+contract checks."""
 
 import numpy as np
 import pytest
@@ -13,14 +14,16 @@ from rl_gpu import make  # noqa: E402
 from rl_gpu.envs.minatar.asterix import AsterixEnv  # noqa: E402
 from rl_gpu.envs.minatar.breakout import BreakoutEnv  # noqa: E402
 from rl_gpu.envs.minatar.freeway import FreewayEnv  # noqa: E402
+from rl_gpu.envs.minatar.seaquest import SeaquestEnv  # noqa: E402
 from rl_gpu.envs.minatar.space_invaders import SpaceInvadersEnv  # noqa: E402
 from rl_gpu.envs.testing import check_env, check_reference_parity, stack_rows  # noqa: E402
 from rl_gpu.envs.testing.minatar_reference import reference_for  # noqa: E402
 
-GAMES = [BreakoutEnv, SpaceInvadersEnv, FreewayEnv, AsterixEnv]
+GAMES = [BreakoutEnv, SpaceInvadersEnv, FreewayEnv, AsterixEnv, SeaquestEnv]
 
 
 @pytest.mark.parametrize("cls, params", [(BreakoutEnv, {}), (SpaceInvadersEnv, {}), (FreewayEnv, {}), (AsterixEnv, {}),
+                                         (SeaquestEnv, {}),
                                          (SpaceInvadersEnv, {"sticky_action_prob": 0.5, "difficulty_ramping": False})])
 def test_every_transition_from_resets_equals_minatars(cls, params):
     env = cls(16 if params else 32, seed=1, **params)  # the settings' variant: the same rules, fewer rows
@@ -115,8 +118,56 @@ def _asterix_states(n: int, seed: int) -> list[dict]:
     return states
 
 
+def _seaquest_states(n: int, seed: int) -> list[dict]:
+    rng = np.random.default_rng(seed)
+
+    def objects(count: int, size: int, timers: dict[str, int], rows: tuple[int, int] = (1, 9)) -> dict:
+        on = np.arange(size) < count
+        out = {"on": on, "x": np.where(on, rng.integers(0, 10, size), 0),
+               "y": np.where(on, rng.integers(*rows, size), 0), "right": on & (rng.random(size) < 0.5)}
+        out.update({name: np.where(on, rng.integers(0, top + 1, size), 0) for name, top in timers.items()})
+        return out
+
+    states = []
+    for i in range(n):
+        x, right = int(rng.integers(10)), bool(rng.integers(2))
+        right = right if 0 < x < 9 else x == 9  # the back of the submarine inside the grid, as play keeps it
+        move_speed, spawn_speed = int(rng.integers(2, 6)), int(rng.integers(1, 21))
+        lists = {"fb": objects(int(rng.integers(0, 3)), 3, {}, (0, 9)),
+                 "eb": objects(int(rng.integers(0, 12)), 32, {}),
+                 "fish": objects(int(rng.integers(0, 12)), 32, {"timer": move_speed}),
+                 "subs": objects(int(rng.integers(0, 8)), 32, {"timer": move_speed, "shot": 10}),
+                 "div": objects(int(rng.integers(0, 4)), 4, {"timer": 5})}
+        state = dict(sub_x=x, sub_y=int(rng.integers(0, 9)), sub_right=right, oxygen=int(rng.integers(0, 201)),
+                     diver_count=int(rng.integers(-1, 7)), e_spawn_speed=spawn_speed,
+                     e_spawn_timer=int(rng.integers(0, spawn_speed + 1)), d_spawn_timer=int(rng.integers(0, 31)),
+                     move_speed=move_speed, ramp_index=int(rng.integers(0, 10)), shot_timer=int(rng.integers(0, 6)),
+                     surface=bool(rng.integers(2)), last_action=int(rng.integers(6)), key=int(rng.integers(2**32)),
+                     t=int(rng.integers(500)))
+        state.update({f"{prefix}_{name}": value for prefix, fields in lists.items() for name, value in fields.items()})
+        states.append(state)
+    empty = {k: np.zeros_like(v) for k, v in states[0].items() if isinstance(v, np.ndarray)}
+    # Crafted: reaching the surface with six divers (7 points for 150 oxygen; the count is left at -1, and the
+    # ramp speeds enemies up); a bullet moving onto a fish (+1); out of oxygen under water (the end); an enemy
+    # submarine leaving the grid as its shot is due (its bullet is dropped with it).
+    states[0].update(empty, sub_x=5, sub_y=0, sub_right=False, surface=False, diver_count=6, oxygen=150,
+                     e_spawn_speed=9, move_speed=4, ramp_index=1, e_spawn_timer=5, d_spawn_timer=5)
+    states[1].update(empty, sub_x=2, sub_y=4, sub_right=True, e_spawn_timer=5, d_spawn_timer=5, surface=False,
+                     oxygen=100, fb_on=np.arange(3) < 1, fb_x=np.array([3, 0, 0]), fb_y=np.array([4, 0, 0]),
+                     fb_right=np.array([True, False, False]), fish_on=np.arange(32) < 1,
+                     fish_x=np.eye(32, dtype=np.int64)[0] * 4, fish_y=np.eye(32, dtype=np.int64)[0] * 4,
+                     fish_timer=np.eye(32, dtype=np.int64)[0] * 3)
+    states[2].update(empty, sub_x=5, sub_y=3, sub_right=False, oxygen=0, surface=False, e_spawn_timer=5,
+                     d_spawn_timer=5, diver_count=2)
+    states[3].update(empty, sub_x=5, sub_y=3, sub_right=False, oxygen=100, surface=False, e_spawn_timer=5,
+                     d_spawn_timer=5, subs_on=np.arange(32) < 1, subs_x=np.eye(32, dtype=np.int64)[0] * 9,
+                     subs_y=np.eye(32, dtype=np.int64)[0] * 6, subs_right=np.arange(32) < 1)
+    return states
+
+
 @pytest.mark.parametrize("cls, states", [(BreakoutEnv, _breakout_states), (SpaceInvadersEnv, _invaders_states),
-                                         (FreewayEnv, _freeway_states), (AsterixEnv, _asterix_states)])
+                                         (FreewayEnv, _freeway_states), (AsterixEnv, _asterix_states),
+                                         (SeaquestEnv, _seaquest_states)])
 def test_every_transition_from_injected_states_equals_minatars(cls, states):
     env = cls(64, seed=2, sticky_action_prob=0.25)
     start = states(64, seed=3)
@@ -137,6 +188,12 @@ def test_every_transition_from_injected_states_equals_minatars(cls, states):
         assert float(step.reward[0]) == 1.0 and not bool(inner.alive[0].any())   # the treasure was taken
         assert bool(step.terminated[1])                                            # caught by the enemy
         assert (int(inner.spawn_speed[2]), int(inner.move_speed[2]), int(inner.ramp_index[2])) == (6, 3, 4)
+    elif cls is SeaquestEnv:
+        assert float(step.reward[0]) == 7.0 and int(inner.diver_count[0]) == -1 and int(inner.oxygen[0]) == 200
+        assert (int(inner.e_spawn_speed[0]), int(inner.move_speed[0]), int(inner.ramp_index[0])) == (8, 3, 2)
+        assert float(step.reward[1]) == 1.0 and not bool(inner.fish_on[1].any()) and not bool(inner.fb_on[1].any())
+        assert bool(step.terminated[2]) and not bool(step.terminated[[0, 1, 3]].any())
+        assert not bool(inner.subs_on[3].any()) and not bool(inner.eb_on[3].any())
     elif cls is FreewayEnv:
         assert float(step.reward[0]) == 1.0 and int(inner.pos[0]) == 9       # scored, back at the bottom
         assert int(inner.pos[1]) == 9 and float(step.reward[1]) == 0.0       # run over
@@ -148,7 +205,8 @@ def test_every_transition_from_injected_states_equals_minatars(cls, states):
 
 @pytest.mark.parametrize("env_id, cls, channels, actions, limit", [
     ("MinAtar-Breakout-v1", BreakoutEnv, 4, 3, 1000), ("MinAtar-SpaceInvaders-v1", SpaceInvadersEnv, 6, 4, 1000),
-    ("MinAtar-Freeway-v1", FreewayEnv, 7, 3, 2501), ("MinAtar-Asterix-v1", AsterixEnv, 4, 5, 1000)])
+    ("MinAtar-Freeway-v1", FreewayEnv, 7, 3, 2501), ("MinAtar-Asterix-v1", AsterixEnv, 4, 5, 1000),
+    ("MinAtar-Seaquest-v1", SeaquestEnv, 10, 6, 1000)])
 def test_registered_ids_frames_and_the_contract(env_id, cls, channels, actions, limit):
     env = make(env_id, num_envs=4, seed=0)
     assert isinstance(env, cls) and env.spec.num_actions == actions

@@ -30,7 +30,7 @@ logging.getLogger().setLevel(logging.ERROR)  # minatar warns at import when seab
 from minatar import Environment  # noqa: E402
 
 GAMES = {"BreakoutEnv": "breakout", "SpaceInvadersEnv": "space_invaders", "FreewayEnv": "freeway",
-         "AsterixEnv": "asterix"}
+         "AsterixEnv": "asterix", "SeaquestEnv": "seaquest"}
 """Our class name -> minatar's game module."""
 
 # Our inner-state field -> the minatar game attribute that holds it (grids are float arrays there).
@@ -45,11 +45,21 @@ FIELDS = {
     "asterix": {"player_x": "player_x", "player_y": "player_y", "spawn_speed": "spawn_speed",
                 "spawn_timer": "spawn_timer", "move_speed": "move_speed", "move_timer": "move_timer",
                 "ramp_timer": "ramp_timer", "ramp_index": "ramp_index"},
+    "seaquest": {"sub_x": "sub_x", "sub_y": "sub_y", "sub_right": "sub_or", "oxygen": "oxygen",
+                 "diver_count": "diver_count", "e_spawn_speed": "e_spawn_speed", "e_spawn_timer": "e_spawn_timer",
+                 "d_spawn_timer": "d_spawn_timer", "move_speed": "move_speed", "ramp_index": "ramp_index",
+                 "shot_timer": "shot_timer", "surface": "surface"},
 }
 THINGS = ("alive", "thing_x", "rightward", "gold")
 """Asterix's lanes: ours as four ``[8]`` arrays, minatar's as a list of ``None`` or ``[x, row, rightward, gold]``."""
 CARS = ("car_x", "car_timer", "car_speed")
 """Freeway's cars: ours as three ``[8]`` arrays, minatar's as a list of ``[x, row, timer, speed]``."""
+SEAQUEST_LISTS = {"fb": ("f_bullets", ("x", "y", "right")), "eb": ("e_bullets", ("x", "y", "right")),
+                  "fish": ("e_fish", ("x", "y", "right", "timer")),
+                  "subs": ("e_subs", ("x", "y", "right", "timer", "shot")),
+                  "div": ("divers", ("x", "y", "right", "timer"))}
+"""Seaquest's lists: ours as slot arrays (``PREFIX_on`` and a field per item entry, live slots first in order),
+minatar's as lists of ``[x, row, rightward, timers...]``."""
 
 
 class _Draws:
@@ -74,13 +84,31 @@ class _GameDraws:
         stream, size = {"freeway": (CAR_STREAM, 16), "asterix": (SPAWN_STREAM, 3)}.get(game, (1, 1))
         self.u = hash_uniform(torch.tensor([key]), torch.tensor([t]), stream, size)[0].numpy()
         self.game, self.calls = game, 0
+        self.queue: list[float] = []
+        """Seaquest: the step's draws in the order the game asks for them (see :meth:`seaquest`)."""
+
+    @classmethod
+    def seaquest(cls, key: int, t: int, enemy_spawns: bool) -> _GameDraws:
+        """Seaquest's draws of a step: an enemy's spawn (side, submarine, row) when it spawns, then a diver's (side,
+        row); each ``randint(1, 9)`` is ``1 + floor(8 u)`` of its uniform number."""
+        from rl_gpu.envs.minatar.seaquest import DIVER_STREAM, ENEMY_STREAM
+
+        draws = cls("seaquest", key, t)
+        k, c = torch.tensor([key]), torch.tensor([t])
+        enemy = hash_uniform(k, c, ENEMY_STREAM, 3)[0].tolist() if enemy_spawns else []
+        draws.queue = [*enemy, *hash_uniform(k, c, DIVER_STREAM, 2)[0].tolist()]
+        return draws
 
     def randint(self, low: int, high: int | None = None, size: int | None = None) -> Any:
         if self.game == "freeway":
             return 1 + np.minimum(np.floor(self.u[:8] * 5), 4).astype(int)
+        if self.game == "seaquest":
+            return low + int(np.floor(self.queue.pop(0) * (high - low)))
         return int(np.floor(self.u[2] * low))
 
     def rand(self, size: int | None = None) -> Any:
+        if self.game == "seaquest":
+            return self.queue.pop(0)
         if size is not None:
             return self.u[8:].copy()
         self.calls += 1
@@ -110,6 +138,11 @@ class MinAtarReference:
         if self.game == "asterix":
             g.entities = [[int(state["thing_x"][i]), i + 1, bool(state["rightward"][i]), bool(state["gold"][i])]
                           if state["alive"][i] else None for i in range(8)]
+        if self.game == "seaquest":
+            for prefix, (attr, names) in SEAQUEST_LISTS.items():
+                on = state[f"{prefix}_on"]
+                setattr(g, attr, [[_plain(state[f"{prefix}_{name}"][i]) for name in names]
+                                  for i in range(len(on)) if on[i]])
         g.terminal = False
         self.env.last_action = state["last_action"]
         self.key, self.t = state["key"], state["t"]
@@ -123,6 +156,15 @@ class MinAtarReference:
         if self.game == "asterix":
             things = [(True, e[0], e[2], e[3]) if e is not None else (False, 0, False, False) for e in g.entities]
             state.update({name: np.array([thing[i] for thing in things]) for i, name in enumerate(THINGS)})
+        if self.game == "seaquest":
+            for prefix, (attr, names) in SEAQUEST_LISTS.items():
+                items = getattr(g, attr)
+                size = {"fb": 3, "div": 4}.get(prefix, 32)
+                state[f"{prefix}_on"] = np.arange(size) < len(items)
+                for j, name in enumerate(names):
+                    column = np.zeros(size, dtype=bool if name == "right" else np.int64)
+                    column[:len(items)] = [item[j] for item in items]
+                    state[f"{prefix}_{name}"] = column
         return {**state, "last_action": self.env.last_action, "key": self.key, "t": self.t}
 
     def _draw(self) -> float:
@@ -136,7 +178,9 @@ class MinAtarReference:
 
     def step(self, action: int) -> tuple[float, bool]:
         self.env.random = _Draws(self._draw())
-        self.env.env.random = _GameDraws(self.game, self.key, self.t)
+        g = self.env.env
+        g.random = (_GameDraws.seaquest(self.key, self.t, g.e_spawn_timer == 0) if self.game == "seaquest"
+                    else _GameDraws(self.game, self.key, self.t))
         reward, terminal = self.env.act(ACTIONS.index(self.minimal_actions[action]))
         self.t += 1
         return float(reward), bool(terminal)
@@ -146,6 +190,11 @@ class MinAtarReference:
 
     def legal_actions(self) -> list[bool]:
         return [True] * len(self.minimal_actions)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value minatar's lists hold."""
+    return bool(value) if isinstance(value, (bool, np.bool_)) else int(value)
 
 
 def to_reference(row: Any) -> dict[str, Any]:
