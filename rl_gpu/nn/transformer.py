@@ -23,6 +23,7 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import PolicyOutput
@@ -86,6 +87,10 @@ class CausalTransformer(nn.Module):
         if width % heads:
             raise ValueError(f"the width {width} must be a multiple of the heads {heads}")
         self.max_length, self.heads = max_length, heads
+        self.gradient_checkpointing = False
+        """Training passes keep only each block's input and recompute the block in the backward pass (activation
+        memory of one block instead of all; about one more forward pass of time). A setting, not a weight: it is
+        not in checkpoints or the config."""
         self.embed, self.position = nn.Embedding(vocab_size, width), nn.Embedding(max_length, width)
         self.blocks = nn.ModuleList(_Block(width, heads) for _ in range(layers))
         self.norm = nn.LayerNorm(width)
@@ -105,8 +110,14 @@ class CausalTransformer(nn.Module):
         positions = torch.arange(tokens.shape[1], device=tokens.device)
         x = self.embed(tokens) + self.position(positions)
         for i, block in enumerate(self.blocks):
-            x = block(x, None if cache is None else cache[i])
+            if cache is None and self._recompute():
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x, None if cache is None else cache[i])
         return self.norm(x)
+
+    def _recompute(self) -> bool:
+        return self.gradient_checkpointing and torch.is_grad_enabled()
 
     def forward_grouped(self, prompt: Tensor, response: Tensor, group: int) -> tuple[Tensor, Tensor]:
         """What :meth:`forward` gives over ``[prompt row b // g, response row b]`` for every row b, with each of the
@@ -116,7 +127,10 @@ class CausalTransformer(nn.Module):
         x_p = self.embed(prompt) + self.position.weight[:p]
         x_r = self.embed(response) + self.position.weight[p:p + t]
         for block in self.blocks:
-            x_p, x_r = block.grouped(x_p, x_r, group)
+            if self._recompute():
+                x_p, x_r = checkpoint(block.grouped, x_p, x_r, group, use_reentrant=False)
+            else:
+                x_p, x_r = block.grouped(x_p, x_r, group)
         return self.norm(x_p), self.norm(x_r)
 
     def step(self, token: Tensor, cache: Tensor, position: int) -> Tensor:

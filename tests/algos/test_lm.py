@@ -114,6 +114,29 @@ def test_prefix_sharing_gives_the_plain_passes_outputs():
     assert policy.model.embed.weight.grad is not None
 
 
+@pytest.mark.parametrize("group", [1, 4])
+def test_gradient_checkpointing_gives_the_same_outputs_and_gradients(group):
+    """Recomputing each block in the backward pass changes no number (plain and prefix-shared passes); the
+    setting is the update's (GRPO's config), not the policy's."""
+    torch.manual_seed(3)
+    policy = TransformerPolicy(14, 8, 5, 64, 2, 2)
+    env = make("Addition-v0", num_envs=8, seed=2)
+    env.group(4)
+    tokens = generate(policy, env, torch.Generator().manual_seed(0), group=4).tokens
+    results = []
+    for recompute in (False, True):
+        policy.zero_grad()
+        policy.model.gradient_checkpointing = recompute
+        logits, values = policy.response_outputs(tokens, group)
+        (logits.log_softmax(-1).mean() + values.square().mean()).backward()
+        results.append((logits.detach(), values.detach(), [p.grad.clone() for p in policy.parameters()]))
+    (l0, v0, g0), (l1, v1, g1) = results
+    assert torch.equal(l0, l1) and torch.equal(v0, v1)
+    assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(g0, g1))
+    algo = GRPO.from_setup(_setup(n=16), GRPOConfig(group_size=4, gradient_checkpointing=True))
+    assert algo.policy.model.gradient_checkpointing and not algo.reference.model.gradient_checkpointing
+
+
 def test_groups_of_equal_rewards_teach_nothing():
     # Without the KL term (whose gradient at the reference is float noise, which Adam would scale up).
     algo = GRPO.from_setup(_setup(n=16), GRPOConfig(group_size=4, kl_coef=0.0))

@@ -146,7 +146,8 @@ class LanguageModelAlgorithm(LearningRateSchedule):
     name = ""
     streams: tuple[str, ...] = ()
 
-    def __init__(self, setup: Setup, init: str, reference: bool, lora_rank: int = 0) -> None:
+    def __init__(self, setup: Setup, init: str, reference: bool, lora_rank: int = 0,
+                 gradient_checkpointing: bool = False) -> None:
         self.env = text_env(setup.env, self.name)
         self.device = self.env.device
         self.num_steps = steps_of_one_response(self.env, setup, self.name)
@@ -157,6 +158,7 @@ class LanguageModelAlgorithm(LearningRateSchedule):
         if lora_rank and not self._policy.lora_rank:
             self._policy.add_lora(lora_rank).to(self.device)
         self.reference = copy.deepcopy(self._policy).eval().requires_grad_(False) if reference else None
+        self._policy.model.gradient_checkpointing = gradient_checkpointing
         self.initial_learning_rate = float(setup.learning_rate)
         self.anneal_lr = setup.anneal_lr
         self.lr = torch.tensor(self.initial_learning_rate, device=self.device)

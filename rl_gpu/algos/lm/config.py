@@ -26,6 +26,9 @@ class SFTConfig:
     to continue from ('': a fresh one)"""
     lora_rank: int = 0
     """train LoRA adapters of this rank (peft) on the frozen model instead of every weight (0: every weight)"""
+    gradient_checkpointing: bool = False
+    """recompute each transformer block in the backward pass instead of keeping its activations (less memory in
+    the update, about one more forward pass of time)"""
     max_grad_norm: float = 1.0
     """the gradient is clipped to this global norm"""
 
@@ -50,6 +53,9 @@ class GRPOConfig:
     policy, its own reference)"""
     lora_rank: int = 0
     """train LoRA adapters of this rank (peft) on the frozen model instead of every weight (0: every weight)"""
+    gradient_checkpointing: bool = False
+    """recompute each transformer block in the backward pass instead of keeping its activations (less memory in
+    the update, about one more forward pass of time)"""
     advantage: Literal["grpo", "rloo"] = "grpo"
     """grpo: reward minus the group's mean (over its std with scale_rewards); rloo: reward minus the mean of the
     group's other responses (REINFORCE leave-one-out)"""
@@ -95,6 +101,9 @@ class RLHFPPOConfig:
     one, to start from; it is also the KL reference ('': a fresh policy, its own reference)"""
     lora_rank: int = 0
     """train LoRA adapters of this rank (peft) on the frozen model instead of every weight (0: every weight)"""
+    gradient_checkpointing: bool = False
+    """recompute each transformer block in the backward pass instead of keeping its activations (less memory in
+    the update, about one more forward pass of time)"""
     kl_coef: float = 0.05
     """beta: each chosen token's reward is -beta * (log pi(token) - log pi_ref(token))"""
     gamma: float = 1.0

@@ -41,7 +41,8 @@ class GRPO(LanguageModelAlgorithm):
     streams = ("sample", "shuffle")
 
     def __init__(self, setup: Setup, config: GRPOConfig) -> None:
-        super().__init__(setup, config.init, reference=True, lora_rank=config.lora_rank)
+        super().__init__(setup, config.init, reference=True, lora_rank=config.lora_rank,
+                         gradient_checkpointing=config.gradient_checkpointing)
         self.config, self.group_size = config, config.group_size
         if self.env.num_envs % self.group_size:
             raise UsageError(f"--algo grpo answers each prompt --group-size {self.group_size} times: it must divide "

@@ -45,7 +45,8 @@ class RLHFPPO(LanguageModelAlgorithm):
     streams = ("sample", "shuffle")
 
     def __init__(self, setup: Setup, config: RLHFPPOConfig) -> None:
-        super().__init__(setup, config.init, reference=True, lora_rank=config.lora_rank)
+        super().__init__(setup, config.init, reference=True, lora_rank=config.lora_rank,
+                         gradient_checkpointing=config.gradient_checkpointing)
         self.config = config
         if self.env.num_envs % config.num_minibatches:
             raise UsageError(f"--algo rlhf_ppo splits --num-envs {self.env.num_envs} responses into --num-minibatches "

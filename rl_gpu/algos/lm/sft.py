@@ -40,7 +40,8 @@ class SFT(LanguageModelAlgorithm):
     streams = ("problems",)
 
     def __init__(self, setup: Setup, config: SFTConfig) -> None:
-        super().__init__(setup, config.init, reference=False, lora_rank=config.lora_rank)
+        super().__init__(setup, config.init, reference=False, lora_rank=config.lora_rank,
+                         gradient_checkpointing=config.gradient_checkpointing)
         self.config = config
 
     def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
