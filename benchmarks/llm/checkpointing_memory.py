@@ -1,11 +1,11 @@
 """The learner's memory with and without gradient checkpointing, for transformer policies of a few sizes.
 
 Each (size, setting) runs in a fresh process: build the policy, generate one batch of responses to Addition-v0
-prompts, warm up on two of them, then time one training pass (the update's forward over the whole token buffer, and its backward) and
-measure what the forward keeps for the backward (the bytes of every tensor autograd saves, counted by a
-saved-tensors hook: exact), and the process's peak resident memory during the pass above its resident memory
-just before it (on a GPU: the peak allocated memory above the allocation before it; on a CPU the allocator's
-reuse makes this one noisy). Prints one table.
+prompts, warm up on two of them, then time one training pass (the update's forward over the whole token buffer,
+and its backward) and measure what the forward keeps for the backward (the bytes of every tensor autograd saves,
+counted by a saved-tensors hook: exact), and the process's peak resident memory during the pass above its
+resident memory just before it (on a GPU: the peak allocated memory above the allocation before it; on a CPU the
+allocator's reuse makes this one noisy). Prints one table.
 
     OMP_NUM_THREADS=1 python benchmarks/llm/checkpointing_memory.py --sizes 128x4 256x6 512x8 --rows 256
 """
@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(_one(width, layers, args.rows, recompute, args.device)))
         return
     print(f"rows {args.rows}, device {args.device}, load {os.getloadavg()[0]:.2f}")
-    print("| width x blocks | parameters (M) | setting | pass s | saved for backward (MiB) | peak above the start (MiB) |")
+    print("| width x blocks | parameters (M) | setting | pass s | saved for backward (MiB) | "
+          "peak above the start (MiB) |")
     print("|---|---:|---|---:|---:|---:|")
     for size in args.sizes:
         width, layers = (int(v) for v in size.split("x"))
