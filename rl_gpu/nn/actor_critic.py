@@ -285,6 +285,21 @@ def policy_for_env(
     return ActorCritic(spec.obs_size, spec.num_actions, hidden_sizes, normalize_obs, critic_obs_dim=critic)
 
 
+def mlp_for_env(spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), normalize_obs: bool = False,
+                init_log_std: float = 0.0) -> nn.Module:
+    """``--policy categorical`` or ``gaussian``: an actor MLP and a critic MLP over the observation. Observations
+    that are not vectors (frames) are flattened: the composed policy with no convolution, whose two tanh MLPs read
+    the flattened frame (no CNN, which ``--policy auto`` would give them)."""
+    if len(spec.obs_shape) == 1:
+        return policy_for_env(spec, hidden_sizes, normalize_obs, init_log_std)
+    from rl_gpu.nn.composed import ComposedActorCritic
+
+    sizes = {"action_dim": spec.action_size, "init_log_std": init_log_std} if spec.is_continuous \
+        else {"num_actions": spec.num_actions}
+    return ComposedActorCritic(spec.obs_shape, hidden_sizes=hidden_sizes, channels=(), normalize_obs=normalize_obs,
+                               critic_obs_dim=spec.critic_obs_size if "critic" in spec.obs_groups else 0, **sizes)
+
+
 class UniformRandomPolicy:
     """Uniform over the legal actions; the default opponent of turn-based games. Has no parameters and no
     value."""

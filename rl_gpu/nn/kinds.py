@@ -114,16 +114,18 @@ def build_policy(config: Mapping[str, Any]) -> Any:
 
 _SQUASHED = {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize_obs": bool,
              "action_low": "bounds", "action_high": "bounds"}
-_ON_POLICY = "rl_gpu.nn.actor_critic:policy_for_env"
+_ON_POLICY = "rl_gpu.nn.actor_critic:mlp_for_env"
 register_policy_kind(PolicyKind(
     "categorical", "rl_gpu.nn.actor_critic:ActorCritic",
     {"obs_dim": int, "num_actions": int, "hidden_sizes": list, "normalize_obs": bool, "critic_obs_dim": int},
-    ("obs_dim", "num_actions"), "discrete", _ON_POLICY, "masked categorical actor-critic (MLP)"))
+    ("obs_dim", "num_actions"), "discrete", _ON_POLICY,
+    "masked categorical actor-critic (MLP; frames flattened)"))
 register_policy_kind(PolicyKind(
     "gaussian", "rl_gpu.nn.actor_critic:GaussianActorCritic",
     {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize_obs": bool, "init_log_std": float,
      "critic_obs_dim": int},
-    ("obs_dim", "action_dim"), "continuous", _ON_POLICY, "diagonal Gaussian actor-critic (MLP)"))
+    ("obs_dim", "action_dim"), "continuous", _ON_POLICY,
+    "diagonal Gaussian actor-critic (MLP; frames flattened)"))
 register_policy_kind(PolicyKind(
     "squashed_gaussian", "rl_gpu.nn.squashed:SquashedGaussianActor", _SQUASHED,
     ("obs_dim", "action_dim", "action_low", "action_high"), "continuous", None, "SAC's tanh-squashed actor"))

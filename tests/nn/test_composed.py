@@ -35,6 +35,10 @@ def test_frames_get_a_cnn_vectors_an_mlp_and_both_take_flat_inputs():
     assert vector.act(torch.randn(6, 3, 4)).action.shape == (6, 2)
     with pytest.raises(ValueError, match="leave nothing of 5x5"):
         ComposedActorCritic((5, 5, 2), num_actions=3, channels=(4, 4, 4))
+    # --policy categorical asks for MLPs: on frames, the flattened frame (no convolution).
+    mlp = policy_for_env(env.spec, (32,), kind="categorical")
+    assert isinstance(mlp.actor_encoder, MLPEncoder) and mlp.config()["obs_shape"] == [5, 5, 2]
+    assert "channels" not in mlp.config() and mlp.act(obs).action.shape == (8,)
 
 
 def test_the_cnn_learns_where_the_dot_is():
