@@ -107,13 +107,6 @@ def _inside(x: Tensor) -> Tensor:
     return (x >= 0) & (x <= 9)
 
 
-def _append(on: Tensor, fields: dict[str, Tensor], new: dict[str, Tensor], add: Tensor) -> tuple[Tensor, dict]:
-    """Add an object (``new``: ``[N]`` values) after the live slots of the rows where ``add`` (a compact list)."""
-    slot = torch.nn.functional.one_hot(on.sum(1).clamp(max=on.shape[1] - 1), on.shape[1]).bool() & add[:, None]
-    slot = slot & ~on  # a full list drops it (the capacities make this unreachable)
-    return on | slot, {k: torch.where(slot, new[k][:, None], v) for k, v in fields.items()}
-
-
 def _compact(prefix: str, s: dict[str, Tensor]) -> None:
     """Move a list's live slots to the front, keeping their order (in place in ``s``); free slots hold zeros (a
     state has one form)."""
@@ -324,16 +317,13 @@ class SeaquestEnv(MinAtarEnv[SeaquestState]):
             return spare.scatter(1, target, value.to(column.dtype))[:, :size]
 
         s[f"{prefix}_on"] = put(on, add)
-        for name, value in new.items():
-            s[f"{prefix}_{name}"] = put(s[f"{prefix}_{name}"], value)
+        for name in _LISTS[prefix][1:]:  # the list's own fields of ``new``
+            s[f"{prefix}_{name}"] = put(s[f"{prefix}_{name}"], new[name])
 
-    @staticmethod
-    def _add(s: dict[str, Tensor], prefix: str, new: dict[str, Tensor], add: Tensor) -> None:
-        """Append an object to list ``prefix`` of the rows where ``add`` (in place in ``s``)."""
-        names = [n for n in _LISTS[prefix] if n != "on"]
-        on, fields = _append(s[f"{prefix}_on"], {n: s[f"{prefix}_{n}"] for n in names}, new, add)
-        s[f"{prefix}_on"] = on
-        s.update({f"{prefix}_{n}": v for n, v in fields.items()})
+    @classmethod
+    def _add(cls, s: dict[str, Tensor], prefix: str, new: dict[str, Tensor], add: Tensor) -> None:
+        """Append one object (``new``: ``[N]`` values) to list ``prefix`` of the rows where ``add``, in place."""
+        cls._add_many(s, prefix, {k: v[:, None] for k, v in new.items()}, add[:, None])
 
     @staticmethod
     def _set(s: dict[str, Tensor], prefix: str, i: int, **values: Tensor) -> None:
