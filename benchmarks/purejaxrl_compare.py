@@ -58,7 +58,7 @@ PUREJAXRL_CONFIG = {
 """PureJaxRL's own CartPole settings, with N, T, epochs and minibatches those compared (``TOTAL_TIMESTEPS``
 comes from ``--total-timesteps``)."""
 
-JAX_DRIVER = textwrap.dedent("""
+JAX_PRELUDE = textwrap.dedent("""
     import json, sys, time
     args = json.loads(sys.argv[1])
     sys.path[:0] = args["path"]
@@ -69,6 +69,11 @@ JAX_DRIVER = textwrap.dedent("""
     start = time.perf_counter()
     train = jax.jit(ppo.make_train(dict(config))).lower(rng).compile()
     compile_s = time.perf_counter() - start
+""")
+"""The JAX side's start: its arguments (JSON: ``path``, ``config``, ``seed``), PureJaxRL's training compiled as
+``train`` (``compile_s`` seconds)."""
+
+JAX_DRIVER = JAX_PRELUDE + textwrap.dedent("""
     times = []
     for _ in range(args["runs"]):
         start = time.perf_counter()

@@ -32,7 +32,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from purejaxrl_compare import XLA_FLAGS, check_jax, default_core, pinned  # noqa: E402
+from purejaxrl_compare import JAX_PRELUDE, XLA_FLAGS, check_jax, default_core, pinned  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = {"LR": 5e-4, "NUM_ENVS": 64, "NUM_STEPS": 128, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 8, "GAMMA": 0.99,
@@ -42,17 +42,8 @@ IDS = {"Breakout": ("Breakout-MinAtar", "MinAtar-Breakout-v1"),
        "SpaceInvaders": ("SpaceInvaders-MinAtar", "MinAtar-SpaceInvaders-v1"),
        "Asterix": ("Asterix-MinAtar", "MinAtar-Asterix-v1"), "Freeway": ("Freeway-MinAtar", "MinAtar-Freeway-v1")}
 
-JAX_DRIVER = textwrap.dedent("""
-    import json, sys, time
-    args = json.loads(sys.argv[1])
-    sys.path[:0] = args["path"]
-    import jax, numpy as np
-    import ppo  # PureJaxRL's ppo.py, unmodified
-    config = dict(args["config"])
-    rng = jax.random.PRNGKey(args["seed"])
-    start = time.perf_counter()
-    train = jax.jit(ppo.make_train(dict(config))).lower(rng).compile()
-    compile_s = time.perf_counter() - start
+JAX_DRIVER = JAX_PRELUDE + textwrap.dedent("""
+    import numpy as np
     start = time.perf_counter()
     out = jax.block_until_ready(train(rng))
     run_s = time.perf_counter() - start
