@@ -12,8 +12,8 @@ program; compiling it is timed apart. rl_gpu runs ``rl-gpu train`` (``--compile 
 ``summary.json`` (validations and the final evaluation excluded).
 
 Return at equal steps: the mean return of the episodes that ended in the last tenth of the updates (each side's
-own training episodes, sampled actions), per seed; the table gives each seed and the IQM. Sticky actions 0.1 and
-1,000-step limits on both sides (gymnax's defaults; rl_gpu's MinAtar ports follow them).
+own training episodes, sampled actions), per seed; the table gives each seed and the IQM. No sticky actions
+(gymnax's ports have none; rl_gpu's default, MinAtar's, is 0.1) and 1,000-step limits on both sides.
 
     OMP_NUM_THREADS=1 python benchmarks/purejaxrl_minatar.py ../shared/peers/purejaxrl --jax-python JAX/bin/python \\
         --games Breakout SpaceInvaders --seeds 0 1 2 --total-timesteps 1000000
@@ -38,9 +38,9 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIG = {"LR": 5e-4, "NUM_ENVS": 64, "NUM_STEPS": 128, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 8, "GAMMA": 0.99,
           "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5,
           "ACTIVATION": "tanh", "ANNEAL_LR": True, "DEBUG": False}
-IDS = {"Breakout": ("Breakout-MinAtar", "MinAtar-Breakout-v1"),
-       "SpaceInvaders": ("SpaceInvaders-MinAtar", "MinAtar-SpaceInvaders-v1"),
-       "Asterix": ("Asterix-MinAtar", "MinAtar-Asterix-v1"), "Freeway": ("Freeway-MinAtar", "MinAtar-Freeway-v1")}
+IDS = {game: (f"{game}-MinAtar", f"MinAtar-{game}-v1?sticky_action_prob=0")
+       for game in ("Breakout", "SpaceInvaders", "Asterix", "Freeway")}
+"""gymnax's id and ours per game; gymnax's MinAtar ports have no sticky actions, so ours run without them here."""
 
 JAX_DRIVER = JAX_PRELUDE + textwrap.dedent("""
     import numpy as np
