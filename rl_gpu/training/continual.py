@@ -22,8 +22,8 @@ Continual World (Wolczyk et al. 2021) and GEM (Lopez-Paz and Ranzato 2017):
 
 Methods (:data:`rl_gpu.algos.anchor.METHODS`): ``finetune`` (nothing held), ``l2`` and ``ewc`` (a penalty toward
 the parameters that ended the previous phase, :mod:`rl_gpu.algos.anchor`; EWC's Fisher summed over the earlier
-tasks, estimated at ``fisher_states`` states of each), ``rehearsal`` (a share of every batch's rows plays the earlier
-tasks: on-policy replay).
+tasks, estimated at ``fisher_states`` states of each; L2 also holds SAC's and TD3's actor, in its steps),
+``rehearsal`` (a share of every batch's rows plays the earlier tasks: on-policy replay).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from rl_gpu.algos.anchor import METHODS, fisher_diagonal, make_anchor
+from rl_gpu.algos.anchor import METHODS, fisher_diagonal, make_anchor, trainable
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.envs.multitask import BLIND_PREFIX, PREFIX
@@ -181,11 +181,9 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
                     module.load_state_dict(state["policy"][name])
                 trainer.initial_policy = trainer.algo.initial_policy()
             if seq.method in ("l2", "ewc") and state["fisher"] is not None:
-                units = getattr(trainer.algo, "units", None)
-                if units is None:
-                    raise UsageError(f"--method {seq.method}: {config.algo} takes no penalty; l2 and ewc hold PPO's "
-                                     "updates (--algo ppo)")
-                units.anchor = make_anchor(seq.method, policy, seq.anchor_coef, state["fisher"])
+                # PPO's update units hold the penalty; an off-policy algorithm (SAC, TD3) holds it itself.
+                holder = getattr(trainer.algo, "units", trainer.algo)
+                holder.anchor = make_anchor(seq.method, policy, seq.anchor_coef, state["fisher"])
             trainers.append(trainer)
 
         results = train(config, prepare_trainer=prepare)
@@ -220,9 +218,11 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
             fisher = fisher_diagonal(policy, obs, masks, torch.Generator(device=trainer.device).manual_seed(seed))
             state["fisher"] = fisher if state["fisher"] is None else [a + b for a, b in zip(state["fisher"], fisher)]
         elif seq.method == "l2" and i < k - 1 and state["fisher"] is None:
-            # L2 holds the actor's parameters: the Fisher's support, from a few states.
-            obs, masks = _states(policy, seq.task_only(i), trainer.device, 8, derive_seed(seed, f"fisher-{i}"))
-            state["fisher"] = fisher_diagonal(policy, obs, masks, torch.Generator(device=trainer.device))
+            if hasattr(policy, "evaluate"):  # an actor-critic: L2 holds the actor, the Fisher's support
+                obs, masks = _states(policy, seq.task_only(i), trainer.device, 8, derive_seed(seed, f"fisher-{i}"))
+                state["fisher"] = fisher_diagonal(policy, obs, masks, torch.Generator(device=trainer.device))
+            else:  # an off-policy algorithm's policy is its actor alone
+                state["fisher"] = [torch.ones_like(p) for p in trainable(policy)]
         phases.append({"phase": i, "task": seq.tasks[i], "env": config.env, "run_dir": str(trainer.run_dir),
                        "train_seconds": trainer.state.train_seconds})
     record = {"seed": seed, **asdict(seq), "success_return": threshold, "initial": initial, "performance": matrix,

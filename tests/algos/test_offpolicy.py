@@ -253,3 +253,27 @@ def test_the_deterministic_action_is_the_squashed_mean():
     for _ in range(9):
         algo.iterate()
     assert all(torch.equal(before[k], v) for k, v in frozen.state_dict().items())
+
+
+@pytest.mark.parametrize("name", ["sac", "td3"])
+def test_an_l2_anchor_holds_the_actor_in_its_steps_only(name):
+    """Continual learning's L2 penalty on an off-policy actor (rl-gpu continual --method l2 --algo sac|td3): a
+    strong anchor keeps the actor at its reference while the critic learns on; without it the actor moves."""
+    from rl_gpu.algos.anchor import make_anchor, trainable
+
+    moved = {}
+    for coef in (0.0, 1e6):
+        algo, _ = _algo(name)
+        for _ in range(10):  # past learning_starts: updates run
+            algo.iterate()
+        actor = [p.detach().clone() for p in trainable(algo.policy)]
+        critic = [p.detach().clone() for p in algo.networks()["critic"].parameters()]
+        if coef:
+            algo.anchor = make_anchor("l2", algo.policy, coef, [torch.ones_like(p) for p in actor])
+        for _ in range(5):
+            algo.iterate()
+        moved[coef] = max(float((p - a).abs().max()) for p, a in zip(trainable(algo.policy), actor))
+        assert any(not torch.equal(p, c) for p, c in zip(algo.networks()["critic"].parameters(), critic))
+    # Adam's steps are about the learning rate whatever the gradient's size: held, the actor stays within a few of
+    # them of its reference.
+    assert moved[0.0] > 1e-2 and moved[1e6] < 1e-3, moved

@@ -115,6 +115,7 @@ def test_a_short_sequence_writes_its_records(call_main, tmp_path):
     (["--tasks", "CartPole-v1", "CartPole-v1", "--steps-per-task", "0"], "--steps-per-task"),
     (["--tasks", "CartPole-v1", "Pendulum-v1"], "observation shape"),
     (["--tasks", "CartPole-v1", "CartPole-v1", "--measure", "bogus"], "--measure"),
+    (["--tasks", "Pendulum-v1", "Pendulum-v1?g=5.0", "--algo", "sac", "--method", "ewc"], "EWC needs"),
 ])
 def test_bad_sequences_are_refused_in_one_line(call_main, tmp_path, args, says):
     from rl_gpu.cli.continual import main

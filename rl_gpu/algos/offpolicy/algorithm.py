@@ -122,6 +122,9 @@ class OffPolicyAlgorithm(LearningRateSchedule):
         """Gradient updates made (host count)."""
         self.resume_notes: tuple[str, ...] = ()
         self._units: dict[bool, LossUnit] = {}
+        self.anchor = None
+        """Set in a task sequence (``--method l2``): its penalty's gradient joins each actor step's
+        (:mod:`rl_gpu.algos.anchor`; the actor's parameters only)."""
         self._graphs: dict[tuple, GraphedFunction] = {}
         self.metric_names = (*self.STATS, "learning_rate", *COLLECTION_METRICS)
 
@@ -182,6 +185,8 @@ class OffPolicyAlgorithm(LearningRateSchedule):
             # Under torchrun: every rank steps with the gradient of all ranks' batches (a no-op otherwise).
             all_reduce_grads_([p.grad for group in self.optimizer.param_groups for p in group["params"]
                                if p.grad is not None])
+            if actor_step and self.anchor is not None:
+                self.anchor.add_grad()
             self.optimizer.step()
             self._after_update(actor_step)
             totals = totals + stats
