@@ -19,7 +19,9 @@ class OpponentPlayer:
     """The opponent of a collection, over R rows. A feed-forward opponent is called as it is; one with memory
     (a league of snapshots of a learner with memory, :mod:`rl_gpu.nn.recurrent_opponents`) has its ``[R, S]``
     state kept here: starting at its initial state, advancing only in the rows where the opponent acts (its own
-    turns, as the learner's memory does on the learner's) and reset where an episode ended."""
+    turns, as the learner's memory does on the learner's) and reset where an episode ended. It lives for one
+    collection: in continuing rollouts (a game's seats as agents) a game that runs across two rollouts meets an
+    opponent with fresh memory in the second, as a league may give its world another member there anyway."""
 
     def __init__(self, opponent: Actor, rows: int) -> None:
         self.opponent = opponent
