@@ -143,15 +143,21 @@ def check_jax(folder: Path, python: str, workdir: Path) -> list[str]:
     return path
 
 
-def run_purejaxrl(args, path: list[str]) -> dict:
-    config = {**PUREJAXRL_CONFIG, "NUM_ENVS": args.num_envs, "TOTAL_TIMESTEPS": args.total_timesteps}
-    payload = json.dumps({"path": path, "config": config, "seed": args.seed, "runs": args.jax_runs})
+def run_jax(python: str, core: int, driver: str, payload: dict) -> dict:
+    """Run ``driver`` (a :data:`JAX_PRELUDE`-started script) in the JAX interpreter, pinned to ``core`` and single
+    threaded, with ``payload`` as its JSON argument; returns the JSON object it prints last."""
     env = {**os.environ, "XLA_FLAGS": XLA_FLAGS, "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(pinned([args.jax_python, "-c", JAX_DRIVER, payload], args.core), env=env,
+    out = subprocess.run(pinned([python, "-c", driver, json.dumps(payload)], core), env=env,
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"PureJaxRL run failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_purejaxrl(args, path: list[str]) -> dict:
+    config = {**PUREJAXRL_CONFIG, "NUM_ENVS": args.num_envs, "TOTAL_TIMESTEPS": args.total_timesteps}
+    result = run_jax(args.jax_python, args.core, JAX_DRIVER,
+                     {"path": path, "config": config, "seed": args.seed, "runs": args.jax_runs})
     result["transitions_per_s"] = result["transitions"] / statistics.median(result["run_s"])
     return result
 

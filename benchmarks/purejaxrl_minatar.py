@@ -32,7 +32,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from purejaxrl_compare import JAX_PRELUDE, XLA_FLAGS, check_jax, default_core, pinned  # noqa: E402
+from purejaxrl_compare import JAX_PRELUDE, check_jax, default_core, pinned, run_jax  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = {"LR": 5e-4, "NUM_ENVS": 64, "NUM_STEPS": 128, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 8, "GAMMA": 0.99,
@@ -60,13 +60,7 @@ JAX_DRIVER = JAX_PRELUDE + textwrap.dedent("""
 
 def run_purejaxrl(args, path: list[str], game: str, seed: int) -> dict:
     config = {**CONFIG, "ENV_NAME": IDS[game][0], "TOTAL_TIMESTEPS": args.total_timesteps}
-    payload = json.dumps({"path": path, "config": config, "seed": seed})
-    env = {**os.environ, "XLA_FLAGS": XLA_FLAGS, "JAX_PLATFORMS": "cpu", "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(pinned([args.jax_python, "-c", JAX_DRIVER, payload], args.core), env=env,
-                         capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"PureJaxRL run failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = run_jax(args.jax_python, args.core, JAX_DRIVER, {"path": path, "config": config, "seed": seed})
     return {"seconds": result["run_s"], "compile_s": result["compile_s"], "final_return": result["final_return"],
             "transitions": result["transitions"]}
 

@@ -1,22 +1,17 @@
 """A league of opponents with memory: the stacked members act as each member's own composed policy does, the
-collector advances an opponent's state on its own turns only, and self-play with memory trains and resumes."""
+collector advances an opponent's state on its own turns only (a league run with memory resumes exactly:
+tests/training/test_league.py)."""
 
 from __future__ import annotations
-
-import dataclasses
-import json
 
 import pytest
 import torch
 
-from rl_gpu.cli.presets import preset_config
 from rl_gpu.collect.reference import collect
 from rl_gpu.envs.registry import make
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.composed import ComposedActorCritic
 from rl_gpu.nn.recurrent_opponents import StackedRecurrentActors, stacked_opponents
-from rl_gpu.runtime.checkpoint import load_checkpoint
-from rl_gpu.training.runner import VOLATILE_METRICS, resume, train
 
 
 def _composed(seed: int, lstm: bool = False, normalize_obs: bool = False) -> ComposedActorCritic:
@@ -98,35 +93,3 @@ def test_the_collector_moves_an_opponents_memory_on_its_own_turns_only():
     assert torch.equal(moved[going_on], opponent_turn[:-1][going_on])
     ended = rollout.done[:-1]  # a game ended at step t: the next state is the initial one
     assert bool(ended.any()) and not seen[1:][ended].any()
-
-
-def _metrics(run_dir):
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in VOLATILE_METRICS} for r in records]
-
-
-def test_self_play_with_memory_against_a_league_resumes_exactly(tmp_path):
-    def config(out):
-        return dataclasses.replace(preset_config("RussianRoulette-v0"), device="cpu", seeds=(5,), num_envs=64,
-                                   max_updates=4, min_updates=4, eval_every=2, eval_episodes=64,
-                                   final_eval_episodes=32, checkpoint_every=1, output=out, overwrite=True,
-                                   self_play=True, snapshot_every=1, pool_size=2, latest_share=0.4,
-                                   baseline_share=0.2, memory="gru", memory_size=8)
-
-    quiet = lambda line: None  # noqa: E731
-    (full,) = train(config(tmp_path / "a"), log=quiet)
-    (paused,) = train(config(tmp_path / "b"), log=quiet, stop_after=2)
-    assert paused.status == "paused"
-    resumed = resume(tmp_path / "b" / "seed-5", config(tmp_path / "b"), log=quiet)
-    assert resumed.status == full.status == "budget_spent"
-    a = load_checkpoint(tmp_path / "a" / "seed-5" / "last.pt")["trainer"]["algorithm"]
-    b = load_checkpoint(tmp_path / "b" / "seed-5" / "last.pt")["trainer"]["algorithm"]
-    for k in a["policy"]:
-        assert torch.equal(a["policy"][k], b["policy"][k]), k
-    assert "cell_weight_hh" in a["league"]["members"]
-    for k in a["league"]["members"]:
-        assert torch.equal(a["league"]["members"][k], b["league"]["members"][k]), k
-    assert a["league"]["games"].sum() > 0
-    lines = _metrics(tmp_path / "a" / "seed-5")
-    assert lines == _metrics(tmp_path / "b" / "seed-5")
-    assert [r["league/pool_size"] for r in lines if "league/pool_size" in r] == [0, 1, 2, 2]

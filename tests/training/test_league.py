@@ -144,9 +144,11 @@ def _metrics(run_dir):
     return records
 
 
-def test_league_checkpoint_resumes_exactly(tmp_path):
-    (full,) = train(_config(tmp_path / "a"), log=quiet)
-    stopped = _config(tmp_path / "b")
+@pytest.mark.parametrize("memory", [{}, {"memory": "gru", "memory_size": 8}])
+def test_league_checkpoint_resumes_exactly(tmp_path, memory):
+    """Feed-forward, and with memory (the members' cells travel in the league's state)."""
+    (full,) = train(_config(tmp_path / "a", **memory), log=quiet)
+    stopped = _config(tmp_path / "b", **memory)
     (paused,) = train(stopped, log=quiet, stop_after=2)
     assert paused.status == "paused"
     resumed = resume(tmp_path / "b" / "seed-5", stopped, log=quiet)
@@ -159,6 +161,7 @@ def test_league_checkpoint_resumes_exactly(tmp_path):
     assert la["iteration"] == lb["iteration"] == 4 and la["snapshots_added"] == lb["snapshots_added"] == 3
     for name in ("rating", "games", "score", "rng"):
         assert torch.equal(la[name], lb[name]), name
+    assert ("cell_weight_hh" in la["members"]) == bool(memory)
     for k in la["members"]:
         assert torch.equal(la["members"][k], lb["members"][k]), k
     lines = _metrics(tmp_path / "a" / "seed-5")
