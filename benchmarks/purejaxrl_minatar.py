@@ -112,6 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--core", type=int, default=default_core())
     parser.add_argument("--compile", default="off", choices=["off", "inductor"], help="rl_gpu's compile mode")
     args = parser.parse_args(argv)
+    per_update = CONFIG["NUM_ENVS"] * CONFIG["NUM_STEPS"]
+    if args.total_timesteps < per_update:
+        parser.error(f"--total-timesteps must be at least one update's {per_update:,} steps, "
+                     f"got {args.total_timesteps}")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         path = check_jax(args.purejaxrl, args.jax_python, workdir)

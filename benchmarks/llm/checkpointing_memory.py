@@ -77,6 +77,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    for size in args.sizes:
+        parts = size.split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts) or int(parts[0]) % 64:
+            parser.error(f"--sizes takes WIDTHxLAYERS with a width that is a multiple of 64, got {size!r}")
+    if args.rows < 1:
+        parser.error(f"--rows must be at least 1, got {args.rows}")
     if args.one:
         width, layers, recompute = json.loads(args.one)
         print(json.dumps(_one(width, layers, args.rows, recompute, args.device)))

@@ -292,12 +292,9 @@ def mlp_for_env(spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), normalize
     the flattened frame (no CNN, which ``--policy auto`` would give them)."""
     if len(spec.obs_shape) == 1:
         return policy_for_env(spec, hidden_sizes, normalize_obs, init_log_std)
-    from rl_gpu.nn.composed import ComposedActorCritic
+    from rl_gpu.nn.composed import composed_for_env
 
-    sizes = {"action_dim": spec.action_size, "init_log_std": init_log_std} if spec.is_continuous \
-        else {"num_actions": spec.num_actions}
-    return ComposedActorCritic(spec.obs_shape, hidden_sizes=hidden_sizes, channels=(), normalize_obs=normalize_obs,
-                               critic_obs_dim=spec.critic_obs_size if "critic" in spec.obs_groups else 0, **sizes)
+    return composed_for_env(spec, hidden_sizes, normalize_obs, init_log_std, cnn=False)
 
 
 class UniformRandomPolicy:

@@ -262,11 +262,13 @@ class ComposedActorCritic(nn.Module):
 
 
 def composed_for_env(spec: EnvSpec, hidden_sizes: Sequence[int], normalize_obs: bool,
-                     init_log_std: float, memory_size: int = 0, lstm: bool = False) -> ComposedActorCritic:
+                     init_log_std: float, memory_size: int = 0, lstm: bool = False,
+                     cnn: bool = True) -> ComposedActorCritic:
     """``--policy composed``: MinAtar's CNN (one 3x3 convolution of 16 channels) for ``[H, W, C]`` frames, an
     MLP otherwise; the hidden sizes are the run's; a GRU (``lstm``: an LSTM) of ``memory_size`` units after each
-    encoder (``--memory gru`` or ``lstm``); with a ``critic`` observation group the critic also reads it."""
-    frames = len(spec.obs_shape) == 3
+    encoder (``--memory gru`` or ``lstm``); with a ``critic`` observation group the critic also reads it.
+    ``cnn=False``: MLPs over flattened frames too."""
+    frames = len(spec.obs_shape) == 3 and cnn
     if "critic" in spec.obs_groups and frames:
         raise ValueError("policy kind 'composed' reads a critic observation group beside vector observations only, "
                          "not frames: use an environment without one")
