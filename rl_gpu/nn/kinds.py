@@ -127,6 +127,13 @@ register_policy_kind(PolicyKind(
     ("obs_dim", "action_dim"), "continuous", _ON_POLICY,
     "diagonal Gaussian actor-critic (MLP; frames flattened)"))
 register_policy_kind(PolicyKind(
+    "tanh_gaussian", "rl_gpu.nn.tanh_gaussian:TanhGaussianActorCritic",
+    {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize_obs": bool, "init_log_std": float,
+     "critic_obs_dim": int, "action_low": "bounds", "action_high": "bounds"},
+    ("obs_dim", "action_dim", "action_low", "action_high"), "continuous",
+    "rl_gpu.nn.tanh_gaussian:tanh_gaussian_for_env",
+    "Gaussian actor-critic whose actions are tanh-squashed into the bounds (Brax's PPO distribution)"))
+register_policy_kind(PolicyKind(
     "squashed_gaussian", "rl_gpu.nn.squashed:SquashedGaussianActor", _SQUASHED,
     ("obs_dim", "action_dim", "action_low", "action_high"), "continuous", None, "SAC's tanh-squashed actor"))
 register_policy_kind(PolicyKind(
