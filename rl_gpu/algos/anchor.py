@@ -5,7 +5,8 @@ previous task. L2 weighs every actor parameter the same (``w_i = 1``); EWC (Kirk
 the diagonal of the policy's Fisher information on the earlier tasks' states, ``F_i = E_s E_{a~pi(.|s)}[(d log
 pi(a|s) / d theta_i)^2]``, so that the parameters the earlier tasks depend on move least. Over a sequence the
 Fishers add up and the anchor moves to the end of each task (the online form: one penalty, whatever the number of
-tasks). Only the actor is held: the critic serves the current task's advantages, and what an earlier task keeps
+tasks). SAC's actor is weighed by the Fisher of its Gaussian before the squashing (a fixed bijection of the
+action, which leaves the Fisher unchanged), TD3's by that of its exploration noise. Only the actor is held: the critic serves the current task's advantages, and what an earlier task keeps
 is how the policy acts (parameters no log-probability depends on get weight 0).
 
 The penalty's gradient, ``2 coef w (theta - theta*)``, is added to the parameters' gradients before clipping and the
@@ -57,16 +58,22 @@ def fisher_diagonal(policy: nn.Module, obs: Tensor, action_mask: Tensor | None, 
     """The diagonal of the policy's Fisher information at the states ``obs`` (``[B, *O]``): the mean over states
     of ``(d log pi(a|s) / d theta)^2`` with ``a`` drawn from the policy, one gradient per state (the square of a
     batch's mean gradient would not be the Fisher). One tensor per trainable parameter (zeros where no
-    log-probability depends on it: the critic)."""
+    log-probability depends on it: the critic). An off-policy actor (SAC's, TD3's) draws and scores its own
+    exploring sample (its ``fisher_log_prob``)."""
     params = trainable(policy)
     totals = [torch.zeros_like(p) for p in params]
-    with torch.no_grad():
-        kwargs = {"critic_obs": critic_obs} if critic_obs is not None else {}
-        actions = policy.act(obs, action_mask, generator, **kwargs).action
+    own = getattr(policy, "fisher_log_prob", None)  # off-policy actors: the density they explore with
+    if own is None:
+        with torch.no_grad():
+            kwargs = {"critic_obs": critic_obs} if critic_obs is not None else {}
+            actions = policy.act(obs, action_mask, generator, **kwargs).action
     for i in range(obs.shape[0]):
         mask = action_mask[i:i + 1] if action_mask is not None and action_mask.numel() else None
         extra = {"critic_obs": critic_obs[i:i + 1]} if critic_obs is not None else {}
-        log_prob = policy.evaluate(obs[i:i + 1], actions[i:i + 1], mask, **extra)[0].sum()
+        if own is not None:
+            log_prob = own(obs[i:i + 1], generator).sum()
+        else:
+            log_prob = policy.evaluate(obs[i:i + 1], actions[i:i + 1], mask, **extra)[0].sum()
         grads = torch.autograd.grad(log_prob, params, allow_unused=True)
         for total, g in zip(totals, grads):
             if g is not None:

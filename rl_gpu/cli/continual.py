@@ -50,7 +50,7 @@ class ContinualConfig:
     fisher_states: int = 512
     """ewc: states of each task at which the Fisher information is estimated"""
     algo: str = "ppo"
-    """the training algorithm (l2 holds PPO's, SAC's and TD3's actor; ewc PPO's)"""
+    """the training algorithm (l2 and ewc hold PPO's, SAC's or TD3's actor)"""
     seeds: tuple[int, ...] = (1,)
     """one sequence per seed; several give each measure's interval"""
     output: Path = Path("artifacts/continual")
@@ -86,10 +86,8 @@ def run(cfg: ContinualConfig) -> int:
     from rl_gpu.training.runner import train
 
     seq = _sequence(cfg)
-    penalties = {"l2": ("ppo", "sac", "td3"), "ewc": ("ppo",)}
-    if cfg.algo not in penalties.get(seq.method, (cfg.algo,)):
-        raise UsageError(f"--method {seq.method} holds the actor of --algo {' or '.join(penalties[seq.method])} "
-                         f"(EWC needs the log-probability of a chosen action), not --algo {cfg.algo}")
+    if seq.method in ("l2", "ewc") and cfg.algo not in ("ppo", "sac", "td3"):
+        raise UsageError(f"--method {seq.method} holds the actor of --algo ppo, sac or td3, not --algo {cfg.algo}")
     fixed = settings_of(cfg.fixed, "--fixed")
     for name in ("total_timesteps", "seeds", "seed", "output", "env", "algo"):
         if name in fixed:

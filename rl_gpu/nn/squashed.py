@@ -15,6 +15,8 @@ PolicyOutput``) so that collectors, evaluation and export need nothing else; the
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 
 import torch
@@ -146,6 +148,16 @@ class SquashedGaussianActor(SquashedActor):
         log_prob = D.squashed_gaussian_log_prob(mean, log_std, u)
         return PolicyOutput(self.to_env(torch.tanh(u)), log_prob, torch.zeros_like(log_prob))
 
+    def fisher_log_prob(self, obs: Tensor, generator: torch.Generator | None) -> Tensor:
+        """``[N]`` log-density of one exploring sample per row (held fixed), differentiable in the parameters:
+        the mean of its squared gradient estimates the Fisher diagonal (EWC, :mod:`rl_gpu.algos.anchor`). The
+        density is the pre-squash Gaussian's: ``tanh`` and the bounds are a fixed bijection of the sample, which
+        leaves the Fisher unchanged."""
+        mean, log_std = self.heads(self.preprocess(obs))
+        noise = D.gaussian_noise(mean.shape, generator, mean.device, mean.dtype)
+        u = (mean + log_std.exp() * noise).detach()
+        return D.gaussian_log_prob(mean, log_std, u)
+
     def config(self) -> dict:
         """Constructor arguments, enough to rebuild the network from a checkpoint."""
         return self._config("squashed_gaussian")
@@ -184,6 +196,19 @@ class DeterministicActor(SquashedActor):
             y = (y + self.exploration_noise * noise).clamp(-1.0, 1.0)
         zeros = torch.zeros(y.shape[:-1], device=y.device, dtype=y.dtype)
         return PolicyOutput(self.to_env(y), zeros, zeros)
+
+    def fisher_log_prob(self, obs: Tensor, generator: torch.Generator | None) -> Tensor:
+        """``[N]`` log-density of one exploring sample per row under the exploration Gaussian ``N(tanh(actor(x)),
+        exploration_noise^2)`` (the bounds' clamp aside; the sample held fixed): what EWC's Fisher is estimated
+        from (:mod:`rl_gpu.algos.anchor`). A deterministic actor has no other density, so it needs
+        ``exploration_noise`` > 0."""
+        if not self.exploration_noise > 0:
+            raise ValueError("EWC weighs a TD3 actor by the Fisher of its exploration noise: it needs "
+                             "exploration_noise > 0")
+        y = self.squashed(self.preprocess(obs))
+        noise = D.gaussian_noise(y.shape, generator, y.device, y.dtype)
+        log_std = torch.full_like(y, math.log(self.exploration_noise))
+        return D.gaussian_log_prob(y, log_std, (y + self.exploration_noise * noise).detach())
 
     def config(self) -> dict:
         """Constructor arguments, enough to rebuild the network from a checkpoint."""

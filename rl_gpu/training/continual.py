@@ -22,7 +22,7 @@ Continual World (Wolczyk et al. 2021) and GEM (Lopez-Paz and Ranzato 2017):
 
 Methods (:data:`rl_gpu.algos.anchor.METHODS`): ``finetune`` (nothing held), ``l2`` and ``ewc`` (a penalty toward
 the parameters that ended the previous phase, :mod:`rl_gpu.algos.anchor`; EWC's Fisher summed over the earlier
-tasks, estimated at ``fisher_states`` states of each; L2 also holds SAC's and TD3's actor, in its steps),
+tasks, estimated at ``fisher_states`` states of each; both also hold SAC's and TD3's actor, in its steps),
 ``rehearsal`` (a share of every batch's rows plays the earlier tasks: on-policy replay).
 """
 

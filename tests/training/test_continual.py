@@ -3,11 +3,12 @@ and EWC penalties (value, gradient, Fisher) against autograd, the phases' batche
 the CLI that writes its records and refuses bad input in one line."""
 
 import json
+import math
 
 import pytest
 import torch
 
-from rl_gpu.algos.anchor import Anchor, fisher_diagonal, make_anchor
+from rl_gpu.algos.anchor import Anchor, fisher_diagonal, make_anchor, trainable
 from rl_gpu.nn.actor_critic import ActorCritic
 from rl_gpu.training.continual import Sequence, across_seeds, measures
 
@@ -77,6 +78,54 @@ def test_the_fisher_is_the_mean_of_per_state_squared_gradients():
         torch.testing.assert_close(by_id[id(p)], t)
 
 
+def _closed_form_fisher(params, means, log_stds):
+    """``sum_d (d mean_d / d theta)^2 / std_d^2 + 2 (d log_std_d / d theta)^2``: a diagonal Gaussian's Fisher."""
+    total = [torch.zeros_like(p) for p in params]
+    for d in range(means.shape[-1]):
+        g_mean = torch.autograd.grad(means[0, d], params, retain_graph=True, allow_unused=True)
+        inv_var = float(torch.exp(-2.0 * log_stds[0, d].detach()))
+        g_std = (torch.autograd.grad(log_stds[0, d], params, retain_graph=True, allow_unused=True)
+                 if log_stds.requires_grad else [None] * len(params))
+        for t, gm, gs in zip(total, g_mean, g_std):
+            if gm is not None:
+                t.add_(gm.square() * inv_var)
+            if gs is not None:
+                t.add_(2.0 * gs.square())
+    return total
+
+
+@pytest.mark.parametrize("kind", ["sac", "td3"])
+def test_an_off_policy_actor_s_fisher_is_its_exploring_gaussian_s(kind):
+    """EWC on SAC's actor weighs it by the Fisher of its pre-squash Gaussian (tanh and the bounds are a fixed
+    bijection of the action), on TD3's by that of its exploration noise: the sampled estimate converges to the
+    closed form."""
+    from rl_gpu.nn.squashed import DeterministicActor, SquashedGaussianActor
+
+    torch.manual_seed(3)
+    if kind == "sac":
+        actor = SquashedGaussianActor(3, 2, (5,), action_low=[-2.0, 0.0], action_high=[2.0, 1.0])
+    else:
+        actor = DeterministicActor(3, 2, (5,), action_low=[-2.0, 0.0], action_high=[2.0, 1.0],
+                                   exploration_noise=0.3)
+    obs = torch.randn(1, 3)
+    fisher = fisher_diagonal(actor, obs.expand(4000, 3), None, torch.Generator().manual_seed(4))
+    params = trainable(actor)
+    x = actor.preprocess(obs)
+    if kind == "sac":
+        means, log_stds = actor.heads(x)
+    else:
+        means = actor.squashed(x)
+        log_stds = torch.full_like(means, math.log(0.3))
+    expected = _closed_form_fisher(params, means, log_stds)
+    flat, want = torch.cat([f.flatten() for f in fisher]), torch.cat([e.flatten() for e in expected])
+    assert float(want.abs().max()) > 0
+    assert float((flat - want).abs().sum() / want.abs().sum()) < 0.06
+    if kind == "td3":
+        actor.exploration_noise = 0.0
+        with pytest.raises(ValueError, match="exploration_noise > 0"):
+            fisher_diagonal(actor, obs, None, torch.Generator())
+
+
 def test_an_anchor_needs_matching_lists():
     with pytest.raises(ValueError):
         Anchor([torch.zeros(1)], [], [], 1.0)
@@ -115,7 +164,8 @@ def test_a_short_sequence_writes_its_records(call_main, tmp_path):
     (["--tasks", "CartPole-v1", "CartPole-v1", "--steps-per-task", "0"], "--steps-per-task"),
     (["--tasks", "CartPole-v1", "Pendulum-v1"], "observation shape"),
     (["--tasks", "CartPole-v1", "CartPole-v1", "--measure", "bogus"], "--measure"),
-    (["--tasks", "Pendulum-v1", "Pendulum-v1?g=5.0", "--algo", "sac", "--method", "ewc"], "EWC needs"),
+    (["--tasks", "Pendulum-v1", "Pendulum-v1?g=5.0", "--algo", "impala", "--method", "ewc"],
+     "holds the actor of --algo ppo, sac or td3, not --algo impala"),
 ])
 def test_bad_sequences_are_refused_in_one_line(call_main, tmp_path, args, says):
     from rl_gpu.cli.continual import main
