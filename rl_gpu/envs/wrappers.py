@@ -9,6 +9,9 @@
 - ``action_perm=P0,P1,...``: discrete actions reach the environment permuted: the agent's action ``a`` is the
   environment's ``P[a]`` (a task whose controls are rewired: ``"CartPole-v1?action_perm=1,0"`` pushes right where
   CartPole pushes left, the interference a sequence of tasks needs to show forgetting); legal actions follow.
+- ``action_sign=S0,S1,...``: continuous actions reach the environment with dimension ``d`` multiplied by ``S_d``
+  (each 1 or -1; ``"Pendulum-v1?action_sign=-1"`` turns the torque around): the continuous tasks' rewiring. A
+  reversed dimension needs bounds symmetric about 0.
 
 All may be given (``"CartPole-v1?obs_mask=0,2&frame_stack=4"``: masked, then stacked). Any other name is one
 of the environment's own parameters (its ``params_type``: ``"CartPole-v1?length=0.6"``,
@@ -33,7 +36,7 @@ from torch import Tensor
 from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.params import split_id_parameters
 
-WRAPPER_PARAMETERS = ("obs_mask", "frame_stack", "seats_as_agents", "action_perm")
+WRAPPER_PARAMETERS = ("obs_mask", "frame_stack", "seats_as_agents", "action_perm", "action_sign")
 """What the query of a registered (or ``package.module:Class``) id may set."""
 
 MAX_FRAME_STACK = 64
@@ -49,6 +52,8 @@ class Wrapping(NamedTuple):
     """A turn-based game's seats as agents of one world (:mod:`rl_gpu.envs.seat_agents`)."""
     action_perm: tuple[int, ...] | None = None
     """The environment's action for each of the agent's (None: the same)."""
+    action_sign: tuple[float, ...] | None = None
+    """Each continuous action dimension's factor, 1 or -1 (None: all 1)."""
 
 
 def split_wrappers(env_id: str) -> tuple[str, Wrapping | None, dict[str, Any]]:
@@ -81,6 +86,13 @@ def split_wrappers(env_id: str) -> tuple[str, Wrapping | None, dict[str, Any]]:
         if perm is None or sorted(perm) != list(range(len(perm))):
             raise UsageError(f"{env_id!r}: action_perm is a permutation of the action indices 0..A-1 joined by "
                              f"',' (action_perm=1,0), got {params['action_perm']!r}")
+    sign = params.get("action_sign")
+    if sign is not None:
+        parts = [p.strip() for p in str(sign).split(",")]
+        if not all(p in ("1", "-1", "1.0", "-1.0") for p in parts):
+            raise UsageError(f"{env_id!r}: action_sign is one factor per continuous action dimension, each 1 or -1, "
+                             f"joined by ',' (action_sign=1,-1), got {params['action_sign']!r}")
+        sign = tuple(float(p) for p in parts)
     stack = params.get("frame_stack", 1)
     if isinstance(stack, bool) or not isinstance(stack, int) or not 1 <= stack <= MAX_FRAME_STACK:
         raise UsageError(f"{env_id!r}: frame_stack is the number of observations joined, an integer from 1 to "
@@ -89,10 +101,10 @@ def split_wrappers(env_id: str) -> tuple[str, Wrapping | None, dict[str, Any]]:
     if seats not in (0, 1) or isinstance(seats, float):
         raise UsageError(f"{env_id!r}: seats_as_agents is 1 (a turn-based game's seats as agents of one world) or 0, "
                          f"got {seats!r}")
-    if seats and (mask is not None or stack > 1 or perm is not None):
-        raise UsageError(f"{env_id!r}: seats_as_agents takes neither obs_mask, frame_stack nor action_perm (each "
-                         "seat's observation and actions are the game's own)")
-    return base, Wrapping(mask, stack, bool(seats), perm), own
+    if seats and (mask is not None or stack > 1 or perm is not None or sign is not None):
+        raise UsageError(f"{env_id!r}: seats_as_agents takes neither obs_mask, frame_stack, action_perm nor "
+                         "action_sign (each seat's observation and actions are the game's own)")
+    return base, Wrapping(mask, stack, bool(seats), perm, sign), own
 
 
 _with_params: dict[tuple, type] = {}
@@ -173,6 +185,19 @@ def wrapped_class(cls: type, env_id: str, wrapping: Wrapping) -> type:
                          + (f"{cls.num_actions} discrete actions, not {len(wrapping.action_perm)}"
                             if not cls.action_shape and cls.num_agents == 1
                             else "continuous actions or several agents"))
+    sign = wrapping.action_sign
+    if sign is not None:
+        if tuple(cls.action_shape) != (len(sign),) or cls.num_agents > 1:
+            raise UsageError(f"{env_id!r}: action_sign gives one factor per continuous action dimension of one agent; "
+                             f"{cls.__name__} has " + (f"{cls.action_shape[0]} dimensions, not {len(sign)}"
+                                                       if len(cls.action_shape) == 1 and cls.num_agents == 1
+                                                       else "discrete actions or several agents"))
+        low, high = tuple(cls.action_low), tuple(cls.action_high)
+        uneven = [d for d, f in enumerate(sign) if f < 0 and not (low and high and low[d] == -high[d])]
+        if uneven:
+            raise UsageError(f"{env_id!r}: action_sign reverses dimension {uneven[0]}, whose bounds are not symmetric "
+                             f"about 0 (low {low[uneven[0]] if low else None}, high "
+                             f"{high[uneven[0]] if high else None})")
     if wrapping.frame_stack > 1 and cls.num_players > 1:
         raise UsageError(f"{env_id!r}: frame_stack joins one player's observations in time, and {cls.__name__} "
                          "is a turn-based game whose observation changes hands every step")
@@ -180,7 +205,8 @@ def wrapped_class(cls: type, env_id: str, wrapping: Wrapping) -> type:
     if key not in _classes:
         suffix = ("Masked" if wrapping.obs_mask is not None else "") + (
             f"Stack{wrapping.frame_stack}" if wrapping.frame_stack > 1 else "") + (
-            "Permuted" if wrapping.action_perm is not None else "")
+            "Permuted" if wrapping.action_perm is not None else "") + (
+            "Signed" if wrapping.action_sign is not None else "")
         name = f"{cls.__name__}{suffix}"
         # mirror: None, since the observation's layout is no longer the one the task's symmetry was declared on.
         namespace = {"wrapping": wrapping, "mirror": None, "__module__": __name__, "__qualname__": name,
@@ -214,6 +240,7 @@ class ObservationWrapper:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._mask_index: dict[torch.device, Tensor] = {}
         self._perm_index: dict[torch.device, Tensor] = {}
+        self._sign: dict[tuple[torch.device, torch.dtype], Tensor] = {}
         super().__init__(*args, **kwargs)
         raw = tuple(self.obs_shape)
         self.frame_shape = (*raw[:-1], len(self.wrapping.obs_mask)) if self.wrapping.obs_mask else raw
@@ -267,6 +294,11 @@ class ObservationWrapper:
         own = self._own(inner)
         if self.wrapping.action_perm is not None:
             action = self._permutation(action.device)[action]
+        if self.wrapping.action_sign is not None:
+            key = (action.device, action.dtype)
+            if key not in self._sign:
+                self._sign[key] = torch.tensor(self.wrapping.action_sign, device=action.device, dtype=action.dtype)
+            action = action * self._sign[key]
         nxt, reward, terminated = super()._transition(own, action)
         if self.wrapping.frame_stack == 1:
             return nxt, reward, terminated

@@ -1,6 +1,7 @@
 """Several tasks in one batch (``multitask:A|B|...``): each block of rows steps exactly as its task alone would from
 the same state with the same actions (resets included), the task one-hot, the row split, per-task statistics and
-evaluations, the contract checks, and clear refusals. The ``action_perm`` wrapper against the plain task."""
+evaluations, the contract checks, and clear refusals. The ``action_perm`` and ``action_sign`` wrappers against the
+plain task."""
 
 import math
 
@@ -139,10 +140,41 @@ def test_an_action_permutation_is_the_task_with_its_controls_rewired():
     assert torch.equal(leduc.observe().action_mask, plain.observe().action_mask[:, [2, 1, 0]])
 
 
+def test_an_action_sign_is_the_continuous_task_with_its_controls_reversed():
+    a = make("Pendulum-v1?action_sign=-1", num_envs=6, seed=5)
+    b = make("Pendulum-v1", num_envs=6, seed=5)
+    assert a.spec.action_low == b.spec.action_low and a.spec.action_high == b.spec.action_high
+    g = torch.Generator().manual_seed(0)
+    for _ in range(250):  # past the time limit: resets included
+        action = torch.rand(6, 1, generator=g) * 5.0 - 2.5  # some beyond the bounds: clipped after the sign
+        x, y = a.step(action), b.step(-action)
+        assert torch.equal(x.obs, y.obs) and torch.equal(x.reward, y.reward) and torch.equal(x.truncated, y.truncated)
+    both = make("multitask:Pendulum-v1|Pendulum-v1?action_sign=-1", num_envs=4, seed=0)
+    assert both.task_rows == (2, 2) and both.obs_shape == (5,)
+
+
+def test_a_reversed_dimension_needs_bounds_symmetric_about_zero():
+    from rl_gpu.envs.pendulum import PendulumEnv
+    from rl_gpu.envs.wrappers import split_wrappers, wrapped_class
+
+    class OneSided(PendulumEnv):
+        action_low, action_high = (0.0,), (2.0,)
+
+    _, wrapping, _ = split_wrappers("X?action_sign=-1")
+    with pytest.raises(UsageError, match="reverses dimension 0, whose bounds are not symmetric about 0"):
+        wrapped_class(OneSided, "X?action_sign=-1", wrapping)
+    _, keep, _ = split_wrappers("X?action_sign=1")
+    wrapped_class(OneSided, "X?action_sign=1", keep)  # a factor of 1 needs nothing
+
+
 @pytest.mark.parametrize("env_id, says", [
     ("CartPole-v1?action_perm=0,0", "permutation of the action indices"),
     ("CartPole-v1?action_perm=0,1,2", "has 2 discrete actions, not 3"),
     ("Pendulum-v1?action_perm=0", "continuous actions"),
+    ("Pendulum-v1?action_sign=2", "each 1 or -1"),
+    ("Pendulum-v1?action_sign=1,-1", "has 1 dimensions, not 2"),
+    ("CartPole-v1?action_sign=-1", "discrete actions or several agents"),
+    ("LeducHoldem-v0?seats_as_agents=1&action_sign=-1", "neither obs_mask, frame_stack, action_perm nor action_sign"),
 ])
 def test_bad_permutations_are_refused(env_id, says):
     with pytest.raises(UsageError, match=says):
