@@ -6,8 +6,9 @@ the diagonal of the policy's Fisher information on the earlier tasks' states, ``
 pi(a|s) / d theta_i)^2]``, so that the parameters the earlier tasks depend on move least. Over a sequence the
 Fishers add up and the anchor moves to the end of each task (the online form: one penalty, whatever the number of
 tasks). SAC's actor is weighed by the Fisher of its Gaussian before the squashing (a fixed bijection of the
-action, which leaves the Fisher unchanged), TD3's by that of its exploration noise. Only the actor is held: the critic serves the current task's advantages, and what an earlier task keeps
-is how the policy acts (parameters no log-probability depends on get weight 0).
+action, which leaves the Fisher unchanged), TD3's by that of its exploration noise. Only the actor is held: the
+critic serves the current task's advantages, and what an earlier task keeps is how the policy acts (parameters no
+log-probability depends on get weight 0).
 
 The penalty's gradient, ``2 coef w (theta - theta*)``, is added to the parameters' gradients before clipping and the
 optimiser's step (:class:`~rl_gpu.algos.ppo.update.UpdateUnits`), in place: no extra pass over the data.

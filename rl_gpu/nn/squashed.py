@@ -16,7 +16,6 @@ PolicyOutput``) so that collectors, evaluation and export need nothing else; the
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 
 import torch
