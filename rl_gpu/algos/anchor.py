@@ -19,9 +19,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-METHODS = ("finetune", "l2", "ewc", "rehearsal")
-"""The methods of a task sequence (:mod:`rl_gpu.training.continual`): no protection, the two penalties, and
-rows of the earlier tasks kept in every batch."""
+METHODS = ("finetune", "l2", "ewc", "rehearsal", "replay")
+"""The methods of a task sequence (:mod:`rl_gpu.training.continual`): no protection, the two penalties, rows of
+the earlier tasks kept in every batch (on-policy), and the earlier tasks' transitions kept in the replay buffer
+(off-policy)."""
 
 
 class Anchor:

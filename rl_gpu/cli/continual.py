@@ -29,10 +29,11 @@ class ContinualConfig:
     one environment, wrappers: CartPole-v1 'CartPole-v1?action_perm=1,0' 'CartPole-v1?length=1.0')"""
     steps_per_task: int = 200_000
     """environment steps of each phase"""
-    method: Literal["finetune", "l2", "ewc", "rehearsal"] = "finetune"
+    method: Literal["finetune", "l2", "ewc", "rehearsal", "replay"] = "finetune"
     """finetune: nothing held; l2 / ewc: a penalty toward the parameters that ended the previous task (EWC weighs
     each by the Fisher information of the earlier tasks); rehearsal: --rehearsal-share of every batch's rows play
-    the earlier tasks"""
+    the earlier tasks; replay (sac, td3): the replay buffer goes on from task to task, the earlier tasks'
+    transitions sampled with the current one's (all of them while --fixed buffer_size=... holds every phase)"""
     anchor_coef: float = 1.0
     """the l2 / ewc penalty's coefficient"""
     rehearsal_share: float = 0.25
@@ -88,6 +89,9 @@ def run(cfg: ContinualConfig) -> int:
     seq = _sequence(cfg)
     if seq.method in ("l2", "ewc") and cfg.algo not in ("ppo", "sac", "td3"):
         raise UsageError(f"--method {seq.method} holds the actor of --algo ppo, sac or td3, not --algo {cfg.algo}")
+    if seq.method == "replay" and cfg.algo not in ("sac", "td3"):
+        raise UsageError(f"--method replay keeps the replay buffer of --algo sac or td3, not --algo {cfg.algo} "
+                         "(on-policy: --method rehearsal)")
     fixed = settings_of(cfg.fixed, "--fixed")
     for name in ("total_timesteps", "seeds", "seed", "output", "env", "algo"):
         if name in fixed:

@@ -23,7 +23,10 @@ Continual World (Wolczyk et al. 2021) and GEM (Lopez-Paz and Ranzato 2017):
 Methods (:data:`rl_gpu.algos.anchor.METHODS`): ``finetune`` (nothing held), ``l2`` and ``ewc`` (a penalty toward
 the parameters that ended the previous phase, :mod:`rl_gpu.algos.anchor`; EWC's Fisher summed over the earlier
 tasks, estimated at ``fisher_states`` states of each; both also hold SAC's and TD3's actor, in its steps),
-``rehearsal`` (a share of every batch's rows plays the earlier tasks: on-policy replay).
+``rehearsal`` (a share of every batch's rows plays the earlier tasks: on-policy replay), ``replay`` (SAC, TD3: the
+replay buffer goes on from one task to the next, so the earlier tasks' transitions, with their task one-hot, are
+sampled with the current task's; all of them while the buffer holds every phase's steps, else the newest: Continual
+World's perfect memory, and a first-in-first-out one below it).
 """
 
 from __future__ import annotations
@@ -160,7 +163,7 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
     ``train(config, prepare_trainer=...)`` runs it (:func:`rl_gpu.training.runner.train`) in
     ``OUTPUT/phase-I/seed-S/``. Writes ``OUTPUT/continual-seed-S.json`` and returns its record."""
     k = len(seq.tasks)
-    state: dict = {"policy": None, "fisher": None}
+    state: dict = {"policy": None, "fisher": None, "replay": None}
     matrix: list[list[float]] = []
     returns: list[list[float]] = []
     initial: list[float] = []
@@ -180,6 +183,8 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
                 for name, module in networks(trainer.algo).items():
                     module.load_state_dict(state["policy"][name])
                 trainer.initial_policy = trainer.algo.initial_policy()
+            if seq.method == "replay" and state["replay"] is not None:
+                trainer.algo.buffer.load_state_dict(state["replay"])
             if seq.method in ("l2", "ewc") and state["fisher"] is not None:
                 # PPO's update units hold the penalty; an off-policy algorithm (SAC, TD3) holds it itself.
                 holder = getattr(trainer.algo, "units", trainer.algo)
@@ -212,6 +217,9 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
             + " ".join(f"{v:.2f}" for v in matrix[-1]) + "  mean return " + " ".join(f"{v:.1f}" for v in returns[-1]))
         state["policy"] = {name: {k: t.detach().clone() for k, t in module.state_dict().items()}
                            for name, module in networks(trainer.algo).items()}
+        if seq.method == "replay" and i < k - 1:
+            state["replay"] = {key: value.clone() if isinstance(value, torch.Tensor) else value
+                               for key, value in trainer.algo.buffer.state_dict().items()}
         if seq.method == "ewc" and i < k - 1:
             obs, masks = _states(policy, seq.task_only(i), trainer.device, seq.fisher_states,
                                  derive_seed(seed, f"fisher-{i}"))

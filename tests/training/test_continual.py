@@ -166,6 +166,7 @@ def test_a_short_sequence_writes_its_records(call_main, tmp_path):
     (["--tasks", "CartPole-v1", "CartPole-v1", "--measure", "bogus"], "--measure"),
     (["--tasks", "Pendulum-v1", "Pendulum-v1?g=5.0", "--algo", "impala", "--method", "ewc"],
      "holds the actor of --algo ppo, sac or td3, not --algo impala"),
+    (["--tasks", "CartPole-v1", "CartPole-v1", "--method", "replay"], "keeps the replay buffer of --algo sac or td3"),
 ])
 def test_bad_sequences_are_refused_in_one_line(call_main, tmp_path, args, says):
     from rl_gpu.cli.continual import main
@@ -189,3 +190,37 @@ def test_an_off_policy_sequence_carries_every_network(call_main, tmp_path, monke
                                 "eval_episodes=2", "final_eval_episodes=2", "learning_starts=32")
     assert code == 0, err
     assert carried and all(names == ["critic", "log_alpha", "policy", "target_critic"] for names in carried)
+
+
+def test_replay_keeps_the_earlier_tasks_transitions_in_the_buffer(call_main, tmp_path, monkeypatch):
+    """``--method replay``: phase 1's buffer starts with phase 0's transitions (their task one-hot) and adds its own;
+    fine-tuning's starts empty."""
+    from rl_gpu.cli.continual import main
+    from rl_gpu.training import runner
+
+    real, ends = runner.train, []
+
+    def train(config, prepare_trainer):
+        seen = []
+        results = real(config, prepare_trainer=lambda t: (prepare_trainer(t), seen.append(t)))
+        ends.append(seen[-1].algo.buffer.state_dict())
+        return results
+
+    monkeypatch.setattr(runner, "train", train)
+
+    def buffer_after(method: str) -> dict:
+        ends.clear()
+        code, _, err = call_main(main, "--tasks", "Pendulum-v1", "Pendulum-v1?action_sign=-1", "--algo", "td3",
+                                 "--method", method, "--steps-per-task", "128", "--measure", "return",
+                                 "--eval-episodes", "2", "--device", "cpu", "--output", tmp_path / method,
+                                 "--fixed", "num_envs=4", "eval_episodes=2", "final_eval_episodes=2",
+                                 "learning_starts=32")
+        assert code == 0 and len(ends) == 2, err
+        return ends[1]
+
+    kept, fresh = buffer_after("replay"), buffer_after("finetune")
+    assert kept["rows_written"] == 2 * fresh["rows_written"] == 2 * 128 // 4
+    task = kept["obs"][:, -2:]  # the batch's task one-hot: phase 0's rows first, then phase 1's
+    half = kept["obs"].shape[0] // 2
+    assert bool((task[:half, 0] == 1).all()) and bool((task[half:, 1] == 1).all())
+    assert bool((fresh["obs"][:, -1] == 1).all())
