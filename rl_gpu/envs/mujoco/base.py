@@ -133,6 +133,8 @@ class MujocoEnv(TensorEnv[MjInner]):
     """T, the width of ``inner.task``."""
     reward_terms: tuple[str, ...] = ()
     """Names of the terms :meth:`_rewards` returns, in order."""
+    object_geoms: tuple[str, ...] = ()
+    """Names of the geoms ``randomization.object_size`` resizes (the task's objects; none: it is refused)."""
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None, *,
                  num_threads: int | None = None, randomization: Randomization | dict | None = None,
@@ -149,6 +151,7 @@ class MujocoEnv(TensorEnv[MjInner]):
         self.randomization = randomization
         num_envs = check_num_envs(num_envs)
         self.model = self.load_model()
+        self._object_geoms = self._resolve_objects(randomization, backend)
         check_worlds_fit(self.model, num_envs, randomization.num_variants if randomization is not None else 0,
                          type(self).__name__)
         self._pool_seed = int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed)
@@ -177,9 +180,10 @@ class MujocoEnv(TensorEnv[MjInner]):
         """(Re)build the engine for the variant pool ``scales`` (None: the nominal model alone)."""
         num_envs, num_threads, device = self._engine_args
         self.variant_scales = scales
+        self._object_scale_table = None
         models = [self.model]
         if scales is not None and self.backend == "mujoco":
-            models = build_variants(self.model, scales)
+            models = build_variants(self.model, scales, self._object_geoms)
         old = getattr(self, "engine", None)
         if self.backend == "mujoco-warp":
             self.engine = WarpEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields,
@@ -188,6 +192,34 @@ class MujocoEnv(TensorEnv[MjInner]):
             self.engine = MujocoEngine(models, num_envs, self.frame_skip, num_threads, self.derived_fields)
         if old is not None:
             old.close()
+
+    def _resolve_objects(self, randomization: Randomization | None, backend: str) -> tuple[int, ...]:
+        """The geom ids of :attr:`object_geoms` when ``randomization`` resizes objects (else none), or a
+        ``ValueError`` where it cannot."""
+        if randomization is None or randomization.object_size is None:
+            return ()
+        name = type(self).__name__
+        if not self.object_geoms:
+            raise ValueError(f"{name} names no objects (object_geoms) whose size randomization.object_size could scale")
+        if backend != "mujoco":
+            raise ValueError(f"randomization.object_size resizes geoms of the CPU engine's model variants; the "
+                             f"{backend} backend does not take it")
+        return tuple(int(self.model.geom(g).id) for g in self.object_geoms)
+
+    def object_scale(self, variant: Tensor) -> Tensor | None:
+        """``[N]`` float64 size scale of the objects in each row's model variant (None: objects not resized)."""
+        scales = self.variant_scales
+        if scales is None or "object_size" not in scales:
+            return None
+        table = self._object_scale_table
+        if table is None or table.device != variant.device:
+            table = self._object_scale_table = torch.from_numpy(scales["object_size"][:, 0].copy()).to(variant.device)
+        return table[variant]
+
+    def _fit_to_variant(self, qpos: Tensor, variant: Tensor) -> Tensor:
+        """Episode starts: ``[N, nq]`` positions adjusted to each row's model variant (a resized object set on the
+        floor); the base leaves them as drawn."""
+        return qpos
 
     def _check_params(self) -> None:
         """The task's own checks (its ranges may be unbounded: ``healthy_z_range = (0.7, inf)``)."""
@@ -258,12 +290,12 @@ class MujocoEnv(TensorEnv[MjInner]):
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> MjInner:
         qpos, qvel = self._reset_physics(num_envs, generator)
-        physics = self.layout.pack(qpos, qvel)
         pool = len(self.engine.models)
         if pool > 1:
             variant = torch.randint(0, pool, (num_envs,), device=self.device, generator=generator)
         else:
             variant = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+        physics = self.layout.pack(self._fit_to_variant(qpos, variant), qvel)
         task = self._reset_task(num_envs, generator)
         if self.reset_forward:
             models = self.engine.row_models(variant)

@@ -8,6 +8,7 @@ gripper has reached the cube, and a step counter. A transition is a pure functio
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -125,6 +126,10 @@ class PandaPickParams:
     """Success: at the episode's last step the cube is within this distance of the target (m) ..."""
     hold_distance: float = 0.03
     """... and the gripper within this distance of the cube (m): held there, not thrown."""
+    cube_size: tuple[float, float] = (1.0, 1.0)
+    """Scale range of the cube's size (all three sides together), one draw per model variant of the randomisation
+    pool, so each episode start draws a size with the rest of its physics; (1, 1): the nominal 4 x 4 x 6 cm. The
+    gripper opens to 8 cm."""
 
     def __post_init__(self) -> None:
         check_task_params(self)
@@ -132,6 +137,10 @@ class PandaPickParams:
         if not 0 <= low <= high:
             raise ValueError(f"target_height must be a (low, high) range with 0 <= low <= high, got "
                              f"{self.target_height}")
+        low, high = self.cube_size
+        if not 0.5 <= low <= high <= 1.5:
+            raise ValueError(f"cube_size must be a (low, high) range of scales with 0.5 <= low <= high <= 1.5, got "
+                             f"{self.cube_size}")
         for name in ("action_scale", "reach_distance", "success_distance", "hold_distance"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
@@ -157,7 +166,8 @@ class PandaPickCubeEnv(MujocoEnv):
       (:class:`PandaPickParams`); ``success`` (1 at the last step of an episode that ends with the cube held at the
       target) is logged with them and adds nothing.
     - Terminated: the cube more than 1 m from the base along an axis, or below the floor. Truncated: 150 steps (3 s).
-    - Randomised per episode: the cube's place, the target, and (default pool) frictions and masses.
+    - Randomised per episode: the cube's place, the target, and (default pool) frictions and masses; the cube's
+      size too with ``cube_size=LOW,HIGH`` (``"PandaPickCube-v0?cube_size=0.8,1.2"``).
     """
 
     frame_skip = 4
@@ -169,6 +179,7 @@ class PandaPickCubeEnv(MujocoEnv):
     task_size = 13
     CTRL, TARGET, REACHED, STEP = slice(0, 8), slice(8, 11), 11, 12
     """Columns of ``inner.task``: servo targets, target position, cube reached (0/1), steps since reset."""
+    object_geoms = ("box",)
 
     @classmethod
     def model_path(cls) -> str:
@@ -176,6 +187,14 @@ class PandaPickCubeEnv(MujocoEnv):
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None, **kwargs):
         kwargs.setdefault("randomization", DEFAULT_RANDOMIZATION)
+        size = kwargs.get("cube_size")
+        if size is not None and tuple(size) != (1.0, 1.0) and 0.5 <= size[0] <= size[1] <= 1.5:  # else refused below
+            pool = kwargs["randomization"]
+            if isinstance(pool, dict):
+                pool = Randomization(**pool)
+            # The sizes live in the pool's model variants (a geom's size is part of the model).
+            kwargs["randomization"] = dataclasses.replace(pool or Randomization(num_variants=32),
+                                                          object_size=tuple(size))
         super().__init__(num_envs, device, seed, **kwargs)
         self.action_low, self.action_high = (-1.0,) * 8, (1.0,) * 8
 
@@ -230,6 +249,15 @@ class PandaPickCubeEnv(MujocoEnv):
         qpos = self.home_qpos.expand(n, -1).clone()
         qpos[:, 9:11] += self.uniform(-r, r, (n, 2), generator)
         return qpos, torch.zeros(n, self.layout.nv, dtype=torch.float64, device=self.device)
+
+    def _fit_to_variant(self, qpos: Tensor, variant: Tensor) -> Tensor:
+        """A resized cube starts on the floor: its centre as high as its scaled half-height."""
+        scale = self.object_scale(variant)
+        if scale is None:
+            return qpos
+        half = float(self.model.geom_size[self.model.geom("box").id, 2])
+        z = BOX_POS.start + 2
+        return torch.cat((qpos[:, :z], (qpos[:, z] + half * (scale - 1.0)).unsqueeze(1), qpos[:, z + 1:]), dim=1)
 
     def _reset_task(self, n: int, generator: torch.Generator) -> Tensor:
         p = self.params

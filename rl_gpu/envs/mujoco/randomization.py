@@ -1,4 +1,5 @@
-"""Domain randomisation of MuJoCo physics: per-row friction, masses, motor strength and joint damping.
+"""Domain randomisation of MuJoCo physics: per-row friction, masses, motor strength, joint damping and the size of
+a task's objects.
 
 On the CPU engine every row runs one of ``num_variants`` models (a pool drawn once from the ranges, from the
 environment's seed); each episode start draws a variant for its row, so a row's physics changes at every reset
@@ -38,6 +39,9 @@ class Randomization:
     """Scale of each actuator's force (its gain and bias terms; one draw per actuator and variant)."""
     damping: Range | None = None
     """Scale of each joint's damping (one draw per degree of freedom and variant)."""
+    object_size: Range | None = None
+    """Scale of the size of the task's objects (the geoms its environment names in ``object_geoms``: the Panda's
+    cube), every axis and object together (one draw per variant); the environment places them by it at reset."""
     num_variants: int = 64
     """K, the size of the model pool rows draw from at reset."""
 
@@ -60,7 +64,7 @@ class Randomization:
     def active(self) -> bool:
         """True when any range differs from the nominal physics."""
         return any(r is not None and tuple(r) != (1.0, 1.0) for r in
-                   (self.friction, self.mass, self.motor_strength, self.damping))
+                   (self.friction, self.mass, self.motor_strength, self.damping, self.object_size))
 
 
 def draw_scales(model, randomization: Randomization, seed: int) -> dict[str, np.ndarray]:
@@ -69,6 +73,8 @@ def draw_scales(model, randomization: Randomization, seed: int) -> dict[str, np.
     k = randomization.num_variants
     counts = {"friction": 1, "mass": model.nbody, "motor_strength": model.nu, "damping": model.nv}
     scales = {}
+    if randomization.object_size is not None:  # drawn last and only when asked: earlier pools stay as they were
+        counts["object_size"] = 1
     for name, count in counts.items():
         r = getattr(randomization, name)
         low, high = (1.0, 1.0) if r is None else r
@@ -76,9 +82,10 @@ def draw_scales(model, randomization: Randomization, seed: int) -> dict[str, np.
     return scales
 
 
-def build_variants(model, scales: dict[str, np.ndarray]) -> list:
+def build_variants(model, scales: dict[str, np.ndarray], object_geoms: tuple[int, ...] = ()) -> list:
     """One compiled model per row of ``scales`` (:func:`draw_scales`), each a copy of ``model`` with its scales
-    applied and MuJoCo's derived constants recomputed (``mj_setConst``)."""
+    applied and MuJoCo's derived constants recomputed (``mj_setConst``). ``object_geoms``: the geom ids an
+    ``object_size`` scale resizes (with their bounding sphere and box, which collision detection reads)."""
     variants = []
     for k in range(len(scales["friction"])):
         m = copy.copy(model)
@@ -88,6 +95,11 @@ def build_variants(model, scales: dict[str, np.ndarray]) -> list:
         m.actuator_gainprm[:, 0] *= scales["motor_strength"][k]
         m.actuator_biasprm[:, :3] *= scales["motor_strength"][k][:, None]
         m.dof_damping[:] *= scales["damping"][k]
+        if "object_size" in scales:
+            for g in object_geoms:
+                m.geom_size[g] *= scales["object_size"][k, 0]
+                m.geom_rbound[g] *= scales["object_size"][k, 0]
+                m.geom_aabb[g] *= scales["object_size"][k, 0]
         mujoco.mj_setConst(m, mujoco.MjData(m))
         variants.append(m)
     return variants

@@ -207,3 +207,52 @@ def test_reach_observes_the_gripper_and_pays_for_closing_in():
     env.set_state(state._replace(inner=state.inner._replace(task=task), episode_step=torch.full((6,), 149)))
     env.step(torch.zeros(6, 8))
     assert env._step_terms[:, 3].tolist() == [1.0] + [0.0] * 5
+
+
+def test_cube_sizes_are_drawn_with_the_pool_and_the_cube_starts_on_the_floor():
+    from rl_gpu.core.errors import UsageError
+    from rl_gpu.envs.mujoco.randomization import draw_scales
+
+    env = make("PandaPickCube-v0?cube_size=0.7,1.3", 32, seed=3, num_threads=1)
+    box = env.model.geom("box").id
+    scales = env.variant_scales["object_size"][:, 0]
+    assert 0.7 <= scales.min() < scales.max() <= 1.3 and len(env.engine.models) == 32
+    for k, model in enumerate(env.engine.models):  # every variant's cube, collision bounds included
+        np.testing.assert_allclose(model.geom_size[box], env.model.geom_size[box] * scales[k])
+        np.testing.assert_allclose(model.geom_rbound[box], env.model.geom_rbound[box] * scales[k])
+    inner = env.state.inner
+    scale = env.object_scale(inner.variant)
+    torch.testing.assert_close(scale, torch.from_numpy(scales)[inner.variant])
+    torch.testing.assert_close(env.box_position(inner)[:, 2], 0.03 * scale)  # resting on the floor
+    for _ in range(20):
+        env.step(torch.zeros(32, 8))
+    assert float((env.box_position(env.state.inner)[:, 2] - 0.03 * scale).abs().max()) < 1e-3  # and stays
+    # Asking for sizes leaves the other draws of the pool as they were.
+    plain = draw_scales(env.model, SMALL_POOL, 5)
+    sized = draw_scales(env.model, Randomization(**{**SMALL_POOL.__dict__, "object_size": (0.8, 1.2)}), 5)
+    assert set(sized) == set(plain) | {"object_size"}
+    assert all(np.array_equal(plain[k], sized[k]) for k in plain)
+    assert make("PandaPickCube-v0", 2, seed=3, num_threads=1).object_scale(torch.zeros(2, dtype=torch.long)) is None
+    with pytest.raises(UsageError, match="cube_size must be a"):
+        make("PandaPickCube-v0?cube_size=1.2,1.0", 2, num_threads=1)
+    with pytest.raises(ValueError, match="the mujoco-warp backend does not take it"):
+        make("PandaPickCube-v0?cube_size=0.8,1.2", 2, num_threads=1, backend="mujoco-warp")
+    with pytest.raises(ValueError, match="names no objects"):
+        make("HalfCheetah-v5", 2, num_threads=1, randomization=Randomization(object_size=(0.9, 1.1)))
+
+
+def test_resized_cubes_resume_exactly():
+    pool = Randomization(friction=(0.8, 1.2), object_size=(0.8, 1.2), num_variants=3)
+    env = _env(4, seed=9, randomization=pool)
+    g = torch.Generator().manual_seed(9)
+    actions = [torch.rand(4, 8, generator=g) * 2 - 1 for _ in range(200)]  # past the 150-step limit: resets
+    for action in actions[:8]:
+        env.step(action)
+    saved = copy.deepcopy(env.state_dict())
+    first = [env.step(action) for action in actions[8:]]
+    other = _env(4, seed=123, randomization=pool)
+    other.load_state_dict(saved)
+    for action, expected in zip(actions[8:], first):
+        got = other.step(action)
+        for name in ("obs", "reward", "terminated", "truncated", "final_obs"):
+            assert torch.equal(getattr(got, name), getattr(expected, name)), name
