@@ -32,10 +32,10 @@ from torch import Tensor
 from rl_gpu.core.types import EnvSpec
 from rl_gpu.envs.base import EnvState, TensorEnv
 from rl_gpu.envs.dependency_warnings import warnings_once
-from rl_gpu.envs.params import check_num_envs
 from rl_gpu.envs.mujoco.engine import MujocoEngine, require_mujoco
 from rl_gpu.envs.mujoco.randomization import Randomization, build_variants, draw_scales
 from rl_gpu.envs.mujoco.warp_engine import WarpEngine
+from rl_gpu.envs.params import check_num_envs
 
 try:
     import mujoco
