@@ -49,10 +49,18 @@ class TokenParams:
 
     split: str = "train"
     """the problems drawn: ``train``, ``valid`` (held out, for choosing checkpoints) or ``test`` (held out)"""
+    reward_model: str = ""
+    """a local Hugging Face folder of a sequence classifier with one output over this task's tokens
+    (:mod:`rl_gpu.envs.text.reward_model`): its score of the prompt and response is the reward (see
+    ``reward_mix``); empty: the task's exact match alone"""
+    reward_mix: str = "model"
+    """with a ``reward_model``: ``model`` (its score alone) or ``sum`` (the exact match plus its score)"""
 
     def __post_init__(self) -> None:
         if self.split not in ("train", "valid", "test"):
             raise UsageError(f"split must be 'train', 'valid' or 'test', got {self.split!r}")
+        if self.reward_mix not in ("model", "sum"):
+            raise UsageError(f"reward_mix must be 'model' or 'sum', got {self.reward_mix!r}")
 
 
 class TokenEnv(TensorEnv[TokenState]):
@@ -90,6 +98,16 @@ class TokenEnv(TensorEnv[TokenState]):
         and including its ``<eos>``), else 0. So a run's win rate is its exact-match accuracy."""
         return (response == self.answer(problem)).all(dim=1).float()
 
+    def reward(self, problem: Tensor, tokens: Tensor) -> Tensor:
+        """``[n]`` float32 reward of finished token buffers ``[n, L]``: :meth:`score` of the response, or with a
+        ``reward_model`` its score of the whole buffer (plus :meth:`score` with ``reward_mix=sum``)."""
+        if self._reward_model is None:
+            return self.score(problem, tokens[:, self.prompt_length:])
+        scored = self._reward_model(tokens)
+        if self.params.reward_mix == "sum":
+            scored = scored + self.score(problem, tokens[:, self.prompt_length:])
+        return scored
+
     def _check_params(self) -> None:
         super()._check_params()
         # The sizes follow the task's parameters; uint8 observations hold every id and every count.
@@ -100,6 +118,11 @@ class TokenEnv(TensorEnv[TokenState]):
         self.obs_shape = (length + 1,)
         self.num_actions = self.vocab.size
         self.max_game_length = self.response_length
+        self._reward_model = None
+        if self.params.reward_model:
+            from rl_gpu.envs.text.reward_model import RewardModel
+
+            self._reward_model = RewardModel(self.params.reward_model, self.vocab.size)
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> TokenState:
         problem = self.draw_problems(num_envs, generator)
@@ -113,7 +136,11 @@ class TokenEnv(TensorEnv[TokenState]):
         tokens = s.tokens.scatter(1, at, action.long().unsqueeze(1))
         written = s.written + 1
         done = written == self.response_length
-        reward = torch.where(done, self.score(s.problem, tokens[:, self.prompt_length:]), 0.0)
+        if self._reward_model is not None and not bool(done.any()):
+            # Rows run in step, so a reward model is called at a batch's last step only (a host read per step).
+            reward = torch.zeros(done.shape, dtype=torch.float32, device=done.device)
+        else:
+            reward = torch.where(done, self.reward(s.problem, tokens), 0.0)
         return TokenState(s.problem, tokens, written, s.ended | (action == EOS)), reward, done
 
     def _observe(self, s: TokenState) -> Tensor:
