@@ -48,6 +48,9 @@ class ContinualConfig:
     return normalised between the untrained policy's (0) and --success-return (1)"""
     eval_episodes: int = 200
     """episodes per task in each evaluation of the sequence"""
+    transfer_reference: bool = False
+    """also train each task alone from a fresh policy (OUTPUT/alone-J/seed-S/) and report Continual World's forward
+    transfer, (AUC - AUC alone) / (1 - AUC alone) of each task's normalised validation curve (--measure return)"""
     fisher_states: int = 512
     """ewc: states of each task at which the Fisher information is estimated"""
     algo: str = "ppo"
@@ -77,7 +80,7 @@ def _sequence(cfg: ContinualConfig):
     if not cfg.seeds or len(set(cfg.seeds)) != len(cfg.seeds) or not all(0 <= s < 2**63 for s in cfg.seeds):
         raise UsageError(f"--seeds: distinct seeds from 0 to 2**63 - 1, got {cfg.seeds}")
     return Sequence(cfg.tasks, cfg.steps_per_task, cfg.method, cfg.anchor_coef, cfg.rehearsal_share, cfg.task_id,
-                    cfg.success_return, cfg.eval_episodes, cfg.fisher_states, cfg.measure)
+                    cfg.success_return, cfg.eval_episodes, cfg.fisher_states, cfg.measure, cfg.transfer_reference)
 
 
 def run(cfg: ContinualConfig) -> int:

@@ -17,8 +17,11 @@ Continual World (Wolczyk et al. 2021) and GEM (Lopez-Paz and Ranzato 2017):
 - average performance ``A = mean_j p[K-1][j]`` (every task, at the end);
 - forgetting ``F_j = p[j][j] - p[K-1][j]`` for ``j < K - 1``, and ``F`` their mean;
 - forward transfer ``FT_j = p[j-1][j] - p[-1][j]`` for ``j > 0`` (what the earlier tasks did for task ``j`` before it
-  was trained on; Continual World's form, the area under the training curve against a run from scratch, needs
-  those runs and is not computed here).
+  was trained on);
+- with ``transfer_reference`` (``measure="return"``), Continual World's own forward transfer: each task also trains
+  alone from a fresh policy for the same steps (``OUTPUT/alone-J/seed-S/``), and with ``AUC_j`` the area under task
+  ``j``'s validation curve in its phase (normalised as the measure, over the phase's steps, divided by them) and
+  ``AUC_j^b`` the same alone, ``FT_j = (AUC_j - AUC_j^b) / (1 - AUC_j^b)``, averaged over every task.
 
 Methods (:data:`rl_gpu.algos.anchor.METHODS`): ``finetune`` (nothing held), ``l2`` and ``ewc`` (a penalty toward
 the parameters that ended the previous phase, :mod:`rl_gpu.algos.anchor`; EWC's Fisher summed over the earlier
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import math
 import statistics
 from collections.abc import Callable
@@ -67,6 +71,7 @@ class Sequence:
     eval_episodes: int = 200
     fisher_states: int = 512
     measure: str = "success"
+    transfer_reference: bool = False
 
     def __post_init__(self) -> None:
         if not 2 <= len(self.tasks) <= 64:
@@ -83,6 +88,10 @@ class Sequence:
             raise UsageError(f"--measure must be success or return, got {self.measure!r}")
         if self.success_return is not None and not math.isfinite(self.success_return):
             raise UsageError(f"--success-return must be a finite return, got {self.success_return!r}")
+        if self.transfer_reference and (self.measure != "return" or self.method == "rehearsal"):
+            raise UsageError("--transfer-reference reads each phase's validation curve as a normalised return: it "
+                             "needs --measure return and a method whose phases validate on their own task (not "
+                             "rehearsal)")
 
     def batch_id(self, weights: list[float]) -> str:
         """The batch of every task with these row weights: ``multitask:`` (tensor environments) or, for Meta-World
@@ -122,6 +131,34 @@ def measures(p: list[list[float]], initial: list[float]) -> dict:
     return {"average_performance": statistics.fmean(p[k - 1]), "forgetting": statistics.fmean(forgetting),
             "forgetting_per_task": forgetting, "forward_transfer": statistics.fmean(transfer),
             "forward_transfer_per_task": transfer, "final_task_performance": p[k - 1][k - 1]}
+
+
+def validation_curve(run_dir: Path) -> list[tuple[int, float]]:
+    """``(global step, validation score)`` of every validation in a run's ``metrics.jsonl``, in order."""
+    points = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        try:
+            record = json.loads(line)
+            points.append((int(record["global_step"]), float(record["validation"]["score"])))
+        except (ValueError, KeyError, TypeError):
+            continue  # a training line without a validation
+    return points
+
+
+def curve_area(points: list[tuple[int, float]], span: int, normalise: Callable[[float], float]) -> float:
+    """The mean of ``normalise(score)`` over steps 0..``span``: trapezoids between validations, the first value
+    held back to step 0 and the last one on to ``span``."""
+    if not points or span <= 0:
+        return 0.0
+    steps = [0, *(min(s, span) for s, _ in points), span]
+    values = [normalise(points[0][1]), *(normalise(v) for _, v in points), normalise(points[-1][1])]
+    area = sum((steps[i + 1] - steps[i]) * (values[i] + values[i + 1]) / 2 for i in range(len(steps) - 1))
+    return area / span
+
+
+def auc_transfer(auc: list[float], reference: list[float]) -> list[float]:
+    """Continual World's forward transfer of each task, ``(AUC - AUC_b) / (1 - AUC_b)`` (0 where ``AUC_b`` = 1)."""
+    return [(a - b) / (1.0 - b) if b < 1.0 - 1e-9 else 0.0 for a, b in zip(auc, reference)]
 
 
 def own_success(env_id: str) -> bool:
@@ -233,8 +270,29 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
                 state["fisher"] = [torch.ones_like(p) for p in trainable(policy)]
         phases.append({"phase": i, "task": seq.tasks[i], "env": config.env, "run_dir": str(trainer.run_dir),
                        "train_seconds": trainer.state.train_seconds})
+    extra = {}
+    if seq.transfer_reference:
+        def area(run_dir: Path, j: int) -> float:
+            return curve_area(validation_curve(run_dir), seq.steps_per_task, lambda v: score({"mean_return": v}, j))
+
+        alone = []
+        for j in range(k):
+            config = dataclasses.replace(build(seq.task_only(j), output / f"alone-{j}", seed), solve_threshold=None,
+                                         max_updates=10**9)
+            runs: list = []
+            results = train(config, prepare_trainer=runs.append)
+            if not results or not results[-1].finished:
+                raise UsageError(f"task {j} ({seq.tasks[j]}) alone did not finish: "
+                                 f"{results[-1].reason if results else ''}")
+            alone.append(area(runs[-1].run_dir, j))
+        auc = [area(Path(p["run_dir"]), j) for j, p in enumerate(phases)]
+        transfer = auc_transfer(auc, alone)
+        extra = {"auc": auc, "auc_alone": alone, "forward_transfer_auc_per_task": transfer,
+                 "forward_transfer_auc": statistics.fmean(transfer)}
+        log(f"[seed {seed}] forward transfer (Continual World's, by AUC): "
+            + " ".join(f"{v:.2f}" for v in transfer))
     record = {"seed": seed, **asdict(seq), "success_return": threshold, "initial": initial, "performance": matrix,
-              "mean_return": returns, "phases": phases, **measures(matrix, initial)}
+              "mean_return": returns, "phases": phases, **measures(matrix, initial), **extra}
     atomic_write_json(output / f"continual-seed-{seed}.json", record)
     return record
 
@@ -242,7 +300,10 @@ def run_sequence(seq: Sequence, build: Callable[[str, Path, int], TrainConfig], 
 def across_seeds(records: list[dict]) -> dict:
     """Each measure's mean and 95% interval half-width over seeds (t-free normal approximation, n >= 2)."""
     out = {}
-    for name in ("average_performance", "forgetting", "forward_transfer", "final_task_performance"):
+    for name in ("average_performance", "forgetting", "forward_transfer", "forward_transfer_auc",
+                 "final_task_performance"):
+        if not all(name in r for r in records):
+            continue
         values = [r[name] for r in records]
         sd = statistics.stdev(values) if len(values) > 1 else 0.0
         out[name] = {"mean": statistics.fmean(values), "ci95": normal_half_width(sd, len(values)), "values": values}

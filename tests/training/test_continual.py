@@ -10,7 +10,8 @@ import torch
 
 from rl_gpu.algos.anchor import Anchor, fisher_diagonal, make_anchor, trainable
 from rl_gpu.nn.actor_critic import ActorCritic
-from rl_gpu.training.continual import Sequence, across_seeds, measures
+from rl_gpu.training.continual import (Sequence, across_seeds, auc_transfer, curve_area, measures,
+                                       validation_curve)
 
 TASKS = ("CartPole-v1", "CartPole-v1?action_perm=1,0", "CartPole-v1?length=1.0")
 
@@ -167,6 +168,9 @@ def test_a_short_sequence_writes_its_records(call_main, tmp_path):
     (["--tasks", "Pendulum-v1", "Pendulum-v1?g=5.0", "--algo", "impala", "--method", "ewc"],
      "holds the actor of --algo ppo, sac or td3, not --algo impala"),
     (["--tasks", "CartPole-v1", "CartPole-v1", "--method", "replay"], "keeps the replay buffer of --algo sac or td3"),
+    (["--tasks", "CartPole-v1", "CartPole-v1", "--transfer-reference"], "needs --measure return"),
+    (["--tasks", "CartPole-v1", "CartPole-v1", "--transfer-reference", "--measure", "return", "--method",
+      "rehearsal"], "not rehearsal"),
 ])
 def test_bad_sequences_are_refused_in_one_line(call_main, tmp_path, args, says):
     from rl_gpu.cli.continual import main
@@ -224,3 +228,37 @@ def test_replay_keeps_the_earlier_tasks_transitions_in_the_buffer(call_main, tmp
     half = kept["obs"].shape[0] // 2
     assert bool((task[:half, 0] == 1).all()) and bool((task[half:, 1] == 1).all())
     assert bool((fresh["obs"][:, -1] == 1).all())
+
+
+def test_continual_world_s_forward_transfer_is_the_area_between_the_curves(tmp_path):
+    same = curve_area([(0, 0.2), (50, 0.6), (100, 1.0)], 100, lambda v: v)
+    assert same == pytest.approx((50 * 0.4 + 50 * 0.8) / 100)
+    # The first validation held back to step 0, the last on to the span; the normaliser applied to each.
+    held = curve_area([(20, 10.0), (60, 30.0)], 100, lambda v: v / 100)
+    assert held == pytest.approx((20 * 0.1 + 40 * 0.2 + 40 * 0.3) / 100)
+    assert curve_area([], 100, lambda v: v) == 0.0
+    assert auc_transfer([0.8, 0.3, 0.9], [0.5, 0.4, 1.0]) == pytest.approx([0.6, -1 / 6, 0.0])
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"update": 0, "global_step": 0, "validation": {"score": -5.0}}\n'
+                       '{"update": 1, "global_step": 64, "loss": 1.0}\n'
+                       '{"update": 2, "global_step": 128, "validation": {"score": 3.5, "passed": false}}\n')
+    assert validation_curve(tmp_path) == [(0, -5.0), (128, 3.5)]
+
+
+def test_transfer_reference_trains_each_task_alone(call_main, tmp_path):
+    from rl_gpu.cli.continual import main
+
+    out = tmp_path / "seq"
+    code, text, err = call_main(main, "--tasks", "CartPole-v1", "CartPole-v1?action_perm=1,0", "--steps-per-task",
+                                "1024", "--eval-episodes", "8", "--measure", "return", "--transfer-reference",
+                                "--device", "cpu", "--output", out, "--fixed", "num_envs=16", "eval_episodes=4",
+                                "final_eval_episodes=4", "eval_every=2")
+    assert code == 0, err
+    record = json.loads((out / "continual-seed-1.json").read_text())
+    assert len(record["auc"]) == len(record["auc_alone"]) == len(record["forward_transfer_auc_per_task"]) == 2
+    assert all(0.0 <= v <= 1.0 for v in record["auc"] + record["auc_alone"])
+    assert record["forward_transfer_auc"] == pytest.approx(sum(record["forward_transfer_auc_per_task"]) / 2)
+    for j in range(2):
+        assert len(validation_curve(out / f"alone-{j}" / "seed-1")) >= 2
+    summary = json.loads((out / "continual.json").read_text())
+    assert "forward_transfer_auc" in summary and "forward transfer auc" in text
