@@ -10,8 +10,7 @@ import torch
 
 from rl_gpu.algos.anchor import Anchor, fisher_diagonal, make_anchor, trainable
 from rl_gpu.nn.actor_critic import ActorCritic
-from rl_gpu.training.continual import (Sequence, across_seeds, auc_transfer, curve_area, measures,
-                                       validation_curve)
+from rl_gpu.training.continual import Sequence, across_seeds, auc_transfer, curve_area, measures, validation_curve
 
 TASKS = ("CartPole-v1", "CartPole-v1?action_perm=1,0", "CartPole-v1?length=1.0")
 
