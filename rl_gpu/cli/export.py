@@ -12,12 +12,12 @@ import torch
 import tyro
 
 from rl_gpu.cli.parsing import check_trusted_env, fail, flag_as_positional, parse
-from rl_gpu.envs.registry import make, named_ids_only
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
+from rl_gpu.envs.registry import make, named_ids_only
 from rl_gpu.interop.export import SUFFIXES, DeterministicPolicy, ExportError, deployable, policy_bytes
-from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.interop.policy_io import load_policy
+from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.runtime.checkpoint import CheckpointError
 from rl_gpu.runtime.files import atomic_write_bytes, check_output
 
@@ -114,19 +114,21 @@ def agent_outputs(output: Path, num_agents: int) -> list[Path]:
 
 def _export_hf(config: ExportConfig) -> int:
     from rl_gpu.interop.hf import write_hf_folder
+    from rl_gpu.nn.hf_causal import HFCausalLMPolicy
     from rl_gpu.nn.transformer import TransformerPolicy
 
     if config.quantize is not None or config.clip_actions:
         raise ExportError("--format hf writes the float model as it is: without --quantize and --clip-actions")
     policy, payload = load_policy(config.checkpoint, torch.device("cpu"))
     env_id = payload.get("env_id")
-    if not isinstance(policy, TransformerPolicy) or not isinstance(env_id, str):
+    if not isinstance(policy, (TransformerPolicy, HFCausalLMPolicy)) or not isinstance(env_id, str):
         raise ExportError("--format hf exports the transformer policies of text tasks (--algo sft / grpo); this "
                           f"checkpoint holds a {type(policy).__name__}")
     env = make(env_id, num_envs=1)
     write_hf_folder(policy, env.vocab, config.output, {"env_id": env_id, "update": payload.get("update"),
                                                       "checkpoint": str(config.checkpoint)})
-    print(f"wrote {config.output} (hf): GPT2LMHeadModel and its tokenizer "
+    model = type(policy.model).__name__ if isinstance(policy, HFCausalLMPolicy) else "GPT2LMHeadModel"
+    print(f"wrote {config.output} (hf): {model} and its tokenizer "
           f"(transformers.AutoModelForCausalLM.from_pretrained and AutoTokenizer.from_pretrained load them)")
     return 0
 

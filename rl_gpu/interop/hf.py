@@ -44,7 +44,10 @@ def write_hf_folder(policy: TransformerPolicy, vocab: CharVocab, folder: Path, m
         raise UsageError(f"--output {folder}: its parent folder {parent} does not exist")
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=parent))
     try:
-        save_gpt2(policy, staging)
+        if hasattr(policy, "save_hf"):  # a Hugging Face model's policy: the model itself
+            policy.save_hf(staging)
+        else:
+            save_gpt2(policy, staging)
         char_tokenizer(vocab).save_pretrained(str(staging))
         (staging / "rl_gpu.json").write_text(json.dumps({**metadata, "prompt_length": policy.prompt_length,
                                                          "response_length": policy.response_length}, indent=1))

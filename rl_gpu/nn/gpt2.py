@@ -72,6 +72,18 @@ def save_gpt2(policy: TransformerPolicy, folder: Path) -> Any:
     return model
 
 
+def is_our_gpt2(folder: str | Path, prompt_length: int) -> bool:
+    """Whether ``folder`` holds a GPT-2 of the built-in ``transformer`` kind's layout (:func:`gpt2_config`), which
+    :func:`load_gpt2` reads into that kind; any other causal LM goes to the ``hf_causal_lm`` kind."""
+    transformers = _transformers()
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError):
+        return False
+    return (getattr(config, "model_type", None) == "gpt2" and getattr(config, "activation_function", None) == "gelu"
+            and getattr(config, "tie_word_embeddings", None) is False and config.n_positions > prompt_length)
+
+
 def load_gpt2(folder: str | Path, prompt_length: int, device: torch.device | str = "cpu") -> TransformerPolicy:
     """A ``transformer`` policy from a GPT-2 folder of this layout (:func:`gpt2_config`'s values; any weights),
     answering after ``prompt_length`` tokens in a buffer of the folder's ``n_positions``; one-line

@@ -23,9 +23,10 @@ from typing import Any
 
 from rl_gpu.core.named import NamedRegistry, load_entry
 
-KEY_TYPES = (int, bool, float, list, "bounds")
+KEY_TYPES = (int, bool, float, list, "bounds", "json")
 """What a config entry may be declared as: a positive int, a bool, a finite float, a list of positive ints
-(``hidden_sizes``), or ``"bounds"`` (a list of finite floats)."""
+(``hidden_sizes``), ``"bounds"`` (a list of finite floats), or ``"json"`` (an object of plain JSON values: a
+library's own model configuration)."""
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _ENTRY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
@@ -156,6 +157,11 @@ register_policy_kind(PolicyKind(
      "lora_rank": int},
     ("vocab_size", "prompt_length", "response_length"), "discrete", "rl_gpu.nn.transformer:transformer_for_env",
     "decoder-only transformer over a text environment's token buffer, with a key-value cache (rl_gpu.envs.text)"))
+register_policy_kind(PolicyKind(
+    "hf_causal_lm", "rl_gpu.nn.hf_causal:HFCausalLMPolicy",
+    {"hf_config": "json", "prompt_length": int, "response_length": int},
+    ("hf_config", "prompt_length", "response_length"), "discrete", None,
+    "a Hugging Face transformers causal LM over a text environment's tokens (--init FOLDER of the LM algorithms)"))
 register_policy_kind(PolicyKind(
     "multihead", "rl_gpu.nn.multihead:MultiHeadActorCritic",
     {"obs_dim": int, "num_actions": int, "num_tasks": int, "hidden_sizes": list, "normalize_obs": bool,

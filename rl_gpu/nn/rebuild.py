@@ -11,6 +11,7 @@ Here, below the algorithms, so that an algorithm can read a policy it learns fro
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,28 @@ def _unusable(path: Path, why: str) -> CheckpointError:
 
 def _finite_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+MAX_JSON_CHARS = 65536
+
+
+def _plain_json(value: Any) -> bool:
+    """An object whose values are strings, finite numbers, booleans, None, lists and objects of them, at most
+    :data:`MAX_JSON_CHARS` characters as JSON."""
+    def plain(v: Any, depth: int) -> bool:
+        if depth > 8:
+            return False
+        if v is None or isinstance(v, (str, bool)) or _finite_number(v):
+            return True
+        if isinstance(v, (list, tuple)):
+            return all(plain(x, depth + 1) for x in v)
+        if isinstance(v, dict):
+            return all(isinstance(k, str) and plain(x, depth + 1) for k, x in v.items())
+        return False
+
+    if not isinstance(value, dict) or not plain(value, 0):
+        return False
+    return len(json.dumps(value)) <= MAX_JSON_CHARS
 
 
 def _checked_config(config: dict, path: Path, num_tensors: int) -> dict:
@@ -57,6 +80,9 @@ def _checked_config(config: dict, path: Path, num_tensors: int) -> dict:
         if expected == "bounds" and (not isinstance(value, (list, tuple)) or len(value) > 4096
                                      or not all(_finite_number(v) for v in value)):
             raise _unusable(path, f"policy_config {key} is {str(value)[:80]}, expected a list of finite numbers")
+        if expected == "json" and not _plain_json(value):
+            raise _unusable(path, f"policy_config {key} is {str(value)[:80]}, expected an object of plain JSON "
+                            f"values (at most {MAX_JSON_CHARS:,} characters)")
     for key in [k for k, kind in allowed.items() if kind is list and k in config]:
         sizes = config[key]
         # Each hidden layer holds at least a weight: more layers than the stored tensors could fill is a
@@ -107,6 +133,12 @@ def rebuild_policy(config: Any, state: dict[str, Tensor], path: str | Path,
     # assign=True: the module takes the stored tensors themselves (copies, so the payload stays untouched).
     skeleton.load_state_dict({k: v.clone() for k, v in state.items()}, assign=True)
     leftover = [n for n, t in [*skeleton.named_parameters(), *skeleton.named_buffers()] if t.is_meta]
+    if leftover and getattr(skeleton, "rebuilt_off_meta", False):
+        # Buffers computed at construction and not stored (a Hugging Face model's rotary frequencies): built for
+        # real now that the stored weights matched the architecture, so it takes no more memory than they do.
+        skeleton = policy_kind(config["kind"]).build(config)
+        skeleton.load_state_dict(state)
+        leftover = []
     if leftover:
         raise _unusable(path, f"no stored value for {', '.join(leftover[:4])}")
     return skeleton

@@ -50,18 +50,22 @@ def starting_policy(init: str, env: Any, hidden_sizes, algo: str) -> Transformer
                              f"memory of {env.device}") from None
     from pathlib import Path
 
-    from rl_gpu.nn.gpt2 import load_gpt2
+    from rl_gpu.nn.gpt2 import is_our_gpt2, load_gpt2
+    from rl_gpu.nn.hf_causal import HFCausalLMPolicy, load_hf_folder
     from rl_gpu.nn.rebuild import load_policy
     from rl_gpu.runtime.checkpoint import CheckpointError
 
     try:
-        if Path(init).is_dir():  # a Hugging Face folder (rl-gpu export --format hf)
-            policy = load_gpt2(init, env.prompt_length, env.device)
+        if Path(init).is_dir():  # a Hugging Face folder (rl-gpu export --format hf, or any causal LM)
+            if is_our_gpt2(init, env.prompt_length):
+                policy = load_gpt2(init, env.prompt_length, env.device)
+            else:
+                policy = load_hf_folder(init, env.prompt_length, env.response_length, env.device)
         else:
             policy, _ = load_policy(init, env.device)
     except CheckpointError as e:
         raise UsageError(f"--init {e}") from None
-    if not isinstance(policy, TransformerPolicy):
+    if not isinstance(policy, (TransformerPolicy, HFCausalLMPolicy)):
         raise UsageError(f"--init {init}: --algo {algo} continues a transformer policy, the checkpoint holds a "
                          f"{policy.config().get('kind')!r} policy")
     sizes = (env.vocab.size, env.prompt_length, env.response_length)
@@ -158,7 +162,10 @@ class LanguageModelAlgorithm(LearningRateSchedule):
         if lora_rank and not self._policy.lora_rank:
             self._policy.add_lora(lora_rank).to(self.device)
         self.reference = copy.deepcopy(self._policy).eval().requires_grad_(False) if reference else None
-        self._policy.model.gradient_checkpointing = gradient_checkpointing
+        if hasattr(self._policy, "set_gradient_checkpointing"):
+            self._policy.set_gradient_checkpointing(gradient_checkpointing)
+        else:
+            self._policy.model.gradient_checkpointing = gradient_checkpointing
         self.initial_learning_rate = float(setup.learning_rate)
         self.anneal_lr = setup.anneal_lr
         self.lr = torch.tensor(self.initial_learning_rate, device=self.device)
