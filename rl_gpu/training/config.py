@@ -108,7 +108,8 @@ class TrainConfig:
     """hidden layer widths of the actor and of the critic (of each critic, for SAC and TD3)"""
     policy: str = "auto"
     """policy kind (rl_gpu.nn.kinds): auto = the algorithm's own for the environment's actions; or a registered
-    kind, such as one of your own (PPO: categorical, gaussian, or yours)"""
+    kind, such as one of your own (PPO: categorical, gaussian, tanh_gaussian, composed, multihead, transformer, or
+    yours)"""
     memory: Literal["none", "gru", "lstm"] = "none"
     """a policy with memory (PPO): a GRU or an LSTM after each encoder of the composed policy (rl_gpu.nn.composed),
     its state carried through rollouts and reset where episodes end; minibatches become whole environments'
