@@ -19,3 +19,16 @@ def lazy_attributes(package: str, names: Mapping[str, str]) -> tuple[Callable, C
         return sorted({*vars(importlib.import_module(package)), *names})
 
     return getattr_, dir_
+
+
+def require_transformers(what: str):
+    """Hugging Face ``transformers`` (the ``lm`` extra), its progress bars off; a one-line
+    :class:`~rl_gpu.core.errors.UsageError` saying ``what`` needs it when it is not installed."""
+    try:
+        import transformers
+    except ImportError:
+        from rl_gpu.core.errors import UsageError
+
+        raise UsageError(f"{what} need transformers: pip install 'rl-gpu[lm]'") from None
+    transformers.utils.logging.disable_progress_bar()
+    return transformers

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from rl_gpu.core.errors import UsageError
+from rl_gpu.core.lazy import require_transformers
 from rl_gpu.nn.transformer import TransformerPolicy
 
 _BLOCK = (("norm1", "ln_1", False), ("qkv", "attn.c_attn", True), ("out", "attn.c_proj", True),
@@ -25,12 +26,7 @@ _BLOCK = (("norm1", "ln_1", False), ("qkv", "attn.c_attn", True), ("out", "attn.
 
 
 def _transformers() -> Any:
-    try:
-        import transformers
-    except ImportError:
-        raise UsageError("Hugging Face folders need transformers: pip install 'rl-gpu[lm]'") from None
-    transformers.utils.logging.disable_progress_bar()
-    return transformers
+    return require_transformers("Hugging Face folders")
 
 
 def gpt2_config(policy: TransformerPolicy) -> dict[str, Any]:

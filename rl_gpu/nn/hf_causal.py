@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.core.errors import UsageError
+from rl_gpu.core.lazy import require_transformers
 from rl_gpu.core.types import PolicyOutput
 from rl_gpu.nn import distributions as D
 
@@ -32,12 +33,7 @@ MAX_CONFIG_CHARS = 65536
 
 
 def _transformers() -> Any:
-    try:
-        import transformers
-    except ImportError:
-        raise UsageError("Hugging Face models need transformers: pip install 'rl-gpu[lm]'") from None
-    transformers.utils.logging.disable_progress_bar()
-    return transformers
+    return require_transformers("Hugging Face models")
 
 
 def plain_config(config: Any) -> dict[str, Any]:

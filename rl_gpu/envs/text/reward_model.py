@@ -16,16 +16,12 @@ import torch
 from torch import Tensor
 
 from rl_gpu.core.errors import UsageError
+from rl_gpu.core.lazy import require_transformers
 from rl_gpu.envs.text.vocab import PAD
 
 
 def _transformers() -> Any:
-    try:
-        import transformers
-    except ImportError:
-        raise UsageError("reward_model needs transformers: pip install 'rl-gpu[lm]'") from None
-    transformers.utils.logging.disable_progress_bar()
-    return transformers
+    return require_transformers("reward models")
 
 
 class RewardModel:

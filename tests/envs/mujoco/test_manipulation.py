@@ -167,20 +167,25 @@ def test_generic_contract_checks():
     assert {"determinism", "batch_vs_single", "autoreset"} <= set(reports)
 
 
-def test_state_dict_resumes_exactly():
-    env = _env(4, seed=9, randomization=SMALL_POOL)
+def _resumes_exactly(pool: Randomization, steps: int) -> None:
+    """A batch restored into another (another seed) from a state saved after 8 steps steps exactly as the first."""
+    env = _env(4, seed=9, randomization=pool)
     g = torch.Generator().manual_seed(9)
-    actions = [torch.rand(4, 8, generator=g) * 2 - 1 for _ in range(20)]
+    actions = [torch.rand(4, 8, generator=g) * 2 - 1 for _ in range(steps)]
     for action in actions[:8]:
         env.step(action)
     saved = copy.deepcopy(env.state_dict())
     first = [env.step(action) for action in actions[8:]]
-    other = _env(4, seed=123, randomization=SMALL_POOL)
+    other = _env(4, seed=123, randomization=pool)
     other.load_state_dict(saved)
     for action, expected in zip(actions[8:], first):
         got = other.step(action)
         for name in ("obs", "reward", "terminated", "truncated", "final_obs"):
             assert torch.equal(getattr(got, name), getattr(expected, name)), name
+
+
+def test_state_dict_resumes_exactly():
+    _resumes_exactly(SMALL_POOL, 20)
 
 
 def test_reach_observes_the_gripper_and_pays_for_closing_in():
@@ -242,17 +247,5 @@ def test_cube_sizes_are_drawn_with_the_pool_and_the_cube_starts_on_the_floor():
 
 
 def test_resized_cubes_resume_exactly():
-    pool = Randomization(friction=(0.8, 1.2), object_size=(0.8, 1.2), num_variants=3)
-    env = _env(4, seed=9, randomization=pool)
-    g = torch.Generator().manual_seed(9)
-    actions = [torch.rand(4, 8, generator=g) * 2 - 1 for _ in range(200)]  # past the 150-step limit: resets
-    for action in actions[:8]:
-        env.step(action)
-    saved = copy.deepcopy(env.state_dict())
-    first = [env.step(action) for action in actions[8:]]
-    other = _env(4, seed=123, randomization=pool)
-    other.load_state_dict(saved)
-    for action, expected in zip(actions[8:], first):
-        got = other.step(action)
-        for name in ("obs", "reward", "terminated", "truncated", "final_obs"):
-            assert torch.equal(getattr(got, name), getattr(expected, name)), name
+    # Past the 150-step limit: resets draw variants (and so cube sizes) again.
+    _resumes_exactly(Randomization(friction=(0.8, 1.2), object_size=(0.8, 1.2), num_variants=3), 200)
