@@ -262,8 +262,8 @@ class TrainConfig:
             raise UsageError(f"--memory-size must be a whole number from 1 to {MAX_MEMORY_SIZE}, got "
                              f"{self.memory_size!r}")
         if self.uses_memory and self.policy not in ("auto", "composed"):
-            raise UsageError(f"--memory builds the composed policy (rl_gpu.nn.composed), not --policy {self.policy}:"
-                             " drop --policy or pass --policy composed")
+            raise UsageError(f"--memory builds the composed policy (rl_gpu.nn.composed), not --policy {self.policy} "
+                             "(given, or the environment's preset): pass --policy composed")
         if self.policy != "auto" and self.policy not in policy_kind_names():
             raise UsageError(f"--policy {self.policy!r} is not a registered policy kind; known: auto, "
                              f"{', '.join(policy_kind_names())}")
