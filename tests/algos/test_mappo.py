@@ -149,3 +149,21 @@ def test_multi_agent_presets_keep_the_scenario_with_its_parameters():
     assert isinstance(config.algo_params, MAPPOConfig) and config.algo_params.ent_coef == 0.0
     assert has_preset("vmas:balance") and not has_preset("vmas:wheel")
     assert preset_config("vmas:wheel", "ippo").num_envs == 256  # the generic defaults of a custom task
+
+
+def test_the_agents_shared_network_may_be_another_policy_kind(call_main, tmp_path):
+    pytest.importorskip("vmas")
+    import rl_gpu
+    from rl_gpu.cli.train import main as train
+    from rl_gpu.nn.tanh_gaussian import TanhGaussianActorCritic
+
+    small = ["--env", "vmas:navigation", "--algo", "mappo", "--policy", "tanh_gaussian", "--num-envs", "4",
+             "--num-steps", "8", "--max-updates", "1", "--eval-every", "1", "--eval-episodes", "2",
+             "--final-eval-episodes", "2", "--device", "cpu", "--quiet"]
+    code, _, err = call_main(train, *small, "--output", tmp_path / "run")
+    assert code in (0, 1), err
+    policy = rl_gpu.load(tmp_path / "run" / "seed-11" / "best.pt").policy
+    assert isinstance(policy, TanhGaussianActorCritic) and policy.critic_obs_dim > 0  # the centralised critic
+    code, _, err = call_main(train, *small, "--no-share-params", "--output", tmp_path / "never")
+    assert code == 2 and "one network the agents share" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "never").exists()

@@ -64,9 +64,13 @@ class MAPPO(PPO):
         if setup.memory_size and not config.share_params:
             raise ValueError(f"--algo {cls.name} --no-share-params with --memory: a policy with memory is one network "
                              "shared by the agents; drop --no-share-params")
+        if setup.policy != "auto" and not config.share_params:
+            raise ValueError(f"--policy {setup.policy} is one network the agents share; --no-share-params builds one "
+                             "per agent (the per_agent kind): drop one of them")
         if config.share_params:
             policy = policy_for_env(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
-                                    setup.init_log_std, memory_size=setup.memory_size, lstm=setup.lstm)
+                                    setup.init_log_std, kind=setup.policy, memory_size=setup.memory_size,
+                                    lstm=setup.lstm)
         else:
             cls._check_separate(config, setup.num_steps * env.num_envs)
             policy = PerAgentActorCritic.for_spec(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
