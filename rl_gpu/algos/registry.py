@@ -281,13 +281,15 @@ register_algorithm(AlgorithmSpec(
 register_algorithm(AlgorithmSpec(
     name="mappo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:MAPPO",
     summary="multi-agent PPO with a centralised critic (worlds of several agents acting at once)",
-    agents=True, memory=True, policies=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, precisions=PRECISIONS,
+    agents=True, memory=True, policies=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES,
+    precisions=PRECISIONS,
     population="rl_gpu.algos.population.mappo:PopulationMAPPO", flag_needs=(("norm_reward_clip", "norm_reward"),),
     self_play=True))
 register_algorithm(AlgorithmSpec(
     name="ippo", config="rl_gpu.algos.mappo.config:MAPPOConfig", factory="rl_gpu.algos.mappo.algorithm:IPPO",
     summary="independent PPO, each agent's critic on its own observation (worlds of several agents)",
-    agents=True, memory=True, policies=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES, precisions=PRECISIONS,
+    agents=True, memory=True, policies=True, compile_modes=("off", "inductor"), lr_schedules=LR_SCHEDULES,
+    precisions=PRECISIONS,
     population="rl_gpu.algos.population.mappo:PopulationMAPPO", flag_needs=(("norm_reward_clip", "norm_reward"),),
     self_play=True))
 register_algorithm(AlgorithmSpec(
