@@ -64,6 +64,7 @@ def collect_agents(
     deterministic: bool = False,
     learner_seat: Tensor | None = None,
     policy_state: Any = None,
+    opponent_state: Any = None,
 ) -> Rollout:
     """Run ``num_steps`` steps of ``env`` (M > 1 agents per world) and return the ``[T, N, M]`` rollout.
 
@@ -83,6 +84,8 @@ def collect_agents(
             (one per agent row; continuing mode: the previous rollout's ``policy_state``); None, and always in
             episodic mode: its initial state. An agent's state advances only at the steps where it acts and is
             reset where its world's episode ended; the rollout records it before the first step and after the last.
+        opponent_state: an opponent with memory (a league of a learner with memory): its ``[N * M, ...]`` state at
+            the first step (continuing mode: the previous rollout's ``opponent_state``); None: its initial state.
     """
     n, m, device = env.num_envs, env.spec.num_agents, env.device
     if learner_seat is not None:
@@ -98,7 +101,8 @@ def collect_agents(
         raise ValueError(f"controlled must be a [{n}, {m}] bool tensor, got {controlled.dtype} "
                          f"{list(controlled.shape)}")
     controlled = controlled.to(device)
-    opponent = OpponentPlayer(opponent if opponent is not None else UniformRandomPolicy(), n * m)
+    opponent = OpponentPlayer(opponent if opponent is not None else UniformRandomPolicy(), n * m,
+                              None if episodic else opponent_state)
     step = env.reset() if episodic else env.observe()
     live = torch.ones(n, dtype=torch.bool, device=device)
     record: dict[str, list[Tensor]] = {k: [] for k in Rollout.__dataclass_fields__}
@@ -162,4 +166,6 @@ def collect_agents(
         bootstrap = policy.value(_rows(step.obs), **_critic(step.critic_obs, m)).view(n, m)
     seat = learner_seat.to(device) if learner_seat is not None else torch.zeros(n, dtype=torch.long, device=device)
     memory = {"policy_state0": state0, "policy_state": state} if recurrent else {}
+    if opponent.recurrent:
+        memory["opponent_state"] = opponent.state
     return Rollout(**stacked, bootstrap_value=bootstrap, learner_seat=seat, controlled=controlled, **memory)

@@ -55,6 +55,7 @@ def collect(
     policy_state: Any = None,
     controlled: Tensor | None = None,
     record: Literal["rollout", "episodes"] = "rollout",
+    opponent_state: Any = None,
 ) -> Rollout | EpisodeTally:
     """Run ``num_steps`` batched steps of ``env`` and return them as a :class:`Rollout`, or only the episodes'
     outcomes.
@@ -77,13 +78,16 @@ def collect(
         record: ``"rollout"``: every step; ``"episodes"`` (episodic mode; evaluation): an
             :class:`~rl_gpu.data.episodes.EpisodeTally` of each row's episode only, with the same actions and
             outcomes and none of the ``[T, N, ...]`` storage (nor the values that only learning needs).
+        opponent_state: M > 1 agents, continuing mode: an opponent with memory's state at the first step (the
+            previous rollout's ``opponent_state``; :func:`rl_gpu.collect.agents.collect_agents`).
     """
     if record not in ("rollout", "episodes") or (record == "episodes" and not episodic):
         raise ValueError(f"record is 'rollout', or 'episodes' with episodic=True; got {record!r}")
     if env.spec.num_agents > 1:
         rollout = collect_agents(policy, env, num_steps, policy_rng, episodic=episodic, controlled=controlled,
                                  opponent=opponent, opponent_rng=opponent_rng, deterministic=deterministic,
-                                 learner_seat=learner_seat, policy_state=policy_state)
+                                 learner_seat=learner_seat, policy_state=policy_state,
+                                 opponent_state=opponent_state)
         return rollout if record == "rollout" else tally_rollout(rollout)
     if controlled is not None:
         raise ValueError(f"controlled applies to environments of several agents; {type(env).__name__} has one")

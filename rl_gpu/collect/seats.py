@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -20,14 +22,14 @@ class OpponentPlayer:
     (a league of snapshots of a learner with memory, :mod:`rl_gpu.nn.recurrent_opponents`) has its ``[R, S]``
     state kept here: starting at its initial state, advancing only in the rows where the opponent acts (its own
     turns, as the learner's memory does on the learner's) and reset where an episode ended. It lives for one
-    collection: in continuing rollouts (a game's seats as agents) a game that runs across two rollouts meets an
-    opponent with fresh memory in the second, as a league may give its world another member there anyway."""
+    collection; continuing rollouts (a game's seats as agents) hand the next one ``state``, the state the previous
+    one ended with, so a game running across two rollouts keeps its opponent's memory."""
 
-    def __init__(self, opponent: Actor, rows: int) -> None:
+    def __init__(self, opponent: Actor, rows: int, state: Any = None) -> None:
         self.opponent = opponent
         self.recurrent = is_recurrent(opponent)
         self.initial = opponent.initial_state(rows) if self.recurrent else None
-        self.state = self.initial
+        self.state = self.initial if state is None or not self.recurrent else state
 
     def act(self, obs: Tensor, action_mask: Tensor, generator: torch.Generator | None, turn: Tensor) -> PolicyOutput:
         """The opponent's ``[R]`` actions; ``turn`` ``[R]`` bool: the rows where it acts (its state moves there)."""

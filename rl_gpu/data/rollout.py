@@ -66,6 +66,9 @@ class Rollout:
     policy_state: Any = None
     """A recurrent learner's state after the last step, episode ends reset (where the next rollout continues);
     None for feed-forward policies."""
+    opponent_state: Any = None
+    """An opponent with memory: its state after the last step, episode ends reset (where the next continuing
+    rollout's opponent goes on); None otherwise."""
     acting: Tensor | None = None
     """``[T, N, M]`` bool: the agents that acted, for environments of M > 1 agents acting at once (whose
     per-agent fields carry the agent axis after N: :mod:`rl_gpu.collect.agents`); None otherwise."""

@@ -93,3 +93,25 @@ def test_the_collector_moves_an_opponents_memory_on_its_own_turns_only():
     assert torch.equal(moved[going_on], opponent_turn[:-1][going_on])
     ended = rollout.done[:-1]  # a game ended at step t: the next state is the initial one
     assert bool(ended.any()) and not seen[1:][ended].any()
+
+
+def test_a_continuing_rollout_hands_the_opponents_memory_to_the_next():
+    env = make("RussianRoulette-v0?seats_as_agents=1", num_envs=8, seed=0)
+    learner = _composed(0)
+    league = stacked_opponents(learner, capacity=2, num_rows=16)
+    league.load_member(1, _composed(1))
+    league.assign(torch.ones(league.num_blocks, dtype=torch.long))
+    opponent = _Recording(league)
+    seat = torch.arange(8) % 2
+
+    def rollout(seed, state=None):
+        opponent.seen.clear()
+        return collect(learner, env, 6, torch.Generator().manual_seed(seed), opponent=opponent,
+                       opponent_rng=torch.Generator().manual_seed(seed + 1), learner_seat=seat,
+                       opponent_state=state)
+
+    first = rollout(1)
+    assert first.opponent_state is not None and float(first.opponent_state.abs().sum()) > 0
+    assert not opponent.seen[0].any()  # the first rollout's opponents start from their initial state
+    rollout(3, first.opponent_state)
+    assert torch.equal(opponent.seen[0], first.opponent_state)  # the next one goes on from where it stopped

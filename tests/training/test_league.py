@@ -310,3 +310,41 @@ def test_a_league_over_seats_trains_the_learners_seats_only_and_resumes_exactly(
     assert _metrics(tmp_path / "a" / "seed-5") == _metrics(tmp_path / "b" / "seed-5")
     ratings = json.loads((tmp_path / "a" / "seed-5" / "ratings.json").read_text())
     assert ratings["members"][0]["member"] == "learner" and ratings["members"][-1]["member"] == "uniform_random"
+
+
+def test_a_seats_league_with_memory_carries_the_opponents_memory_across_rollouts(tmp_path):
+    """Continuing rollouts of a game's seats: the league opponents' memory goes on from one rollout to the next
+    (reset in the worlds given another member meanwhile), and a paused run resumes exactly with it."""
+    from rl_gpu.training.runner import Trainer
+
+    config = _seats_config(tmp_path / "t", memory="gru", memory_size=8)
+    trainer = Trainer(config, 5, tmp_path / "t" / "seed-5", log=quiet)
+    for _ in range(3):  # past the first snapshots: some worlds play a member other than the latest self
+        trainer.algo.iterate()
+    mappo = trainer.algo.inner
+    state, slot = mappo._opponent_state
+    assert state.abs().sum() > 0 and torch.equal(slot, mappo.opponent.slot)
+    saved = mappo.state_dict()  # checkpoints hold it
+    mappo._opponent_state = None
+    mappo.load_state_dict(saved)
+    assert torch.equal(mappo._opponent_state[0], state) and torch.equal(mappo._opponent_state[1], slot)
+    moved = slot.clone()
+    moved[: slot.shape[0] // 2] += 1  # half the rows as if their worlds had been given another member
+    mappo._opponent_state = (state, moved)
+    carried = mappo._opponent_memory()
+    half = slot.shape[0] // 2
+    assert torch.equal(carried[half:], state[half:])
+    assert torch.equal(carried[:half], mappo.opponent.initial_state(slot.shape[0])[:half])
+
+    (full,) = train(_seats_config(tmp_path / "a", memory="gru", memory_size=8), log=quiet)
+    (paused,) = train(_seats_config(tmp_path / "b", memory="gru", memory_size=8), log=quiet, stop_after=3)
+    resumed = resume(tmp_path / "b" / "seed-5", _seats_config(tmp_path / "b", memory="gru", memory_size=8),
+                     log=quiet)
+    assert resumed.status == full.status == "budget_spent"
+    a = load_checkpoint(tmp_path / "a" / "seed-5" / "last.pt")["trainer"]["algorithm"]
+    b = load_checkpoint(tmp_path / "b" / "seed-5" / "last.pt")["trainer"]["algorithm"]
+    for k in a["policy"]:
+        assert torch.equal(a["policy"][k], b["policy"][k]), k
+    assert torch.equal(a["opponent_state"], b["opponent_state"]) and torch.equal(a["opponent_slot"],
+                                                                                b["opponent_slot"])
+    assert _metrics(tmp_path / "a" / "seed-5") == _metrics(tmp_path / "b" / "seed-5")

@@ -22,12 +22,14 @@ from rl_gpu.algos.mappo.config import MAPPOConfig
 from rl_gpu.algos.ppo.algorithm import PPO
 from rl_gpu.algos.ppo.update import UpdateMetrics
 from rl_gpu.collect.reference import collect
+from rl_gpu.core.pytree import tree_map
 from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import EnvSpec, VecEnv
 from rl_gpu.data.episodes import agent_metrics
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.envs.seat_agents import seat_game
 from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.nn.memory import reset_state
 from rl_gpu.nn.normalization import ValueNormalizer
 from rl_gpu.nn.opponents import StackedActors
 from rl_gpu.nn.per_agent import PerAgentActorCritic
@@ -111,6 +113,9 @@ class MAPPO(PPO):
         super().__init__(policy, config, *args, **kwargs)
         self.metric_names = (*self.metric_names, *AGENT_METRICS)
         self.value_normalizer: ValueNormalizer | None = None
+        self._opponent_state: tuple | None = None
+        """League opponents with memory: their state where the last continuing rollout ended, and the member of each
+        row then."""
         if getattr(config, "value_norm", False):
             self.value_normalizer = ValueNormalizer().to(self.device)
             self.units.value_norm = self.value_normalizer
@@ -119,12 +124,17 @@ class MAPPO(PPO):
         state = super().state_dict()
         if self.value_normalizer is not None:
             state["value_normalizer"] = self.value_normalizer.state_dict()
+        if self._opponent_state is not None:
+            state["opponent_state"], state["opponent_slot"] = self._opponent_state
         return state
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         if self.value_normalizer is not None:
             self.value_normalizer.load_state_dict(state["value_normalizer"])
+        if "opponent_state" in state:
+            self._opponent_state = (tree_map(lambda x: x.to(self.device), state["opponent_state"]),
+                                    state["opponent_slot"].to(self.device))
 
     def _permutations(self, num_slots: int) -> Tensor:
         """PPO's shuffles over every agent's decisions; with one network per agent, over world-steps, each bringing
@@ -147,10 +157,21 @@ class MAPPO(PPO):
         league = isinstance(self.opponent, StackedActors) and env is self.env
         rollout = collect(self._policy, env, num_steps, self.policy_rng, episodic=episodic, opponent_rng=opponent_rng,
                           policy_state=carried, opponent=self.opponent if league else None,
-                          controlled=self.league_controlled(env) if league else None)
+                          controlled=self.league_controlled(env) if league else None,
+                          opponent_state=self._opponent_memory() if league and not episodic else None)
         if self.recurrent and not episodic:
             self._policy_state[env] = rollout.policy_state
+        if league and not episodic and rollout.opponent_state is not None:
+            self._opponent_state = (rollout.opponent_state, self.opponent.slot.clone())
         return rollout
+
+    def _opponent_memory(self):
+        """The league opponents' memory where the last continuing rollout left it, reset in the rows whose world
+        was given another member since (None: their initial state)."""
+        if self._opponent_state is None:
+            return None
+        state, slot = self._opponent_state
+        return reset_state(self.opponent.slot != slot, self.opponent.initial_state(slot.shape[0]), state)
 
     def league_controlled(self, env: VecEnv) -> Tensor:
         """``[N, M]`` bool, the seats the learner plays against the league (``self.opponent``, whose blocks hold
