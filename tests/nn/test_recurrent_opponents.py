@@ -76,13 +76,18 @@ class _Recording:
         return self.inner.act_with_state(obs, state, *args, **kwargs)
 
 
-def test_the_collector_moves_an_opponents_memory_on_its_own_turns_only():
-    env = make("RussianRoulette-v0", num_envs=16, seed=0)
+def _learner_and_recorded_league(rows: int = 16) -> tuple[ComposedActorCritic, _Recording]:
+    """A learner with memory, and a league of it whose every row plays member 1 (another policy), recorded."""
     learner = _composed(0)
-    league = stacked_opponents(learner, capacity=2, num_rows=16)
+    league = stacked_opponents(learner, capacity=2, num_rows=rows)
     league.load_member(1, _composed(1))
     league.assign(torch.ones(league.num_blocks, dtype=torch.long))
-    opponent = _Recording(league)
+    return learner, _Recording(league)
+
+
+def test_the_collector_moves_an_opponents_memory_on_its_own_turns_only():
+    env = make("RussianRoulette-v0", num_envs=16, seed=0)
+    learner, opponent = _learner_and_recorded_league()
     rollout = collect(learner, env, 10, torch.Generator().manual_seed(1), episodic=True, opponent=opponent,
                       opponent_rng=torch.Generator().manual_seed(2))
     seen = torch.stack(opponent.seen)  # [T, N, S]: the state before each step
@@ -97,11 +102,7 @@ def test_the_collector_moves_an_opponents_memory_on_its_own_turns_only():
 
 def test_a_continuing_rollout_hands_the_opponents_memory_to_the_next():
     env = make("RussianRoulette-v0?seats_as_agents=1", num_envs=8, seed=0)
-    learner = _composed(0)
-    league = stacked_opponents(learner, capacity=2, num_rows=16)
-    league.load_member(1, _composed(1))
-    league.assign(torch.ones(league.num_blocks, dtype=torch.long))
-    opponent = _Recording(league)
+    learner, opponent = _learner_and_recorded_league()  # 8 worlds x 2 seats
     seat = torch.arange(8) % 2
 
     def rollout(seed, state=None):
