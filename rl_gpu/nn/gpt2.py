@@ -68,34 +68,43 @@ def save_gpt2(policy: TransformerPolicy, folder: Path) -> Any:
     return model
 
 
-def is_our_gpt2(folder: str | Path, prompt_length: int) -> bool:
-    """Whether ``folder`` holds a GPT-2 of the built-in ``transformer`` kind's layout (:func:`gpt2_config`), which
-    :func:`load_gpt2` reads into that kind; any other causal LM goes to the ``hf_causal_lm`` kind."""
+def _layout_mismatch(config: Any, prompt_length: int) -> str:
+    """What keeps a GPT-2 configuration from the built-in ``transformer`` kind's layout (:func:`gpt2_config`), or
+    ``""`` when nothing does."""
+    wanted = {"model_type": "gpt2", "activation_function": "gelu", "tie_word_embeddings": False}
+    wrong = [f"{k}={getattr(config, k, None)!r}" for k, v in wanted.items() if getattr(config, k, None) != v]
+    if not wrong and config.n_positions <= prompt_length:
+        wrong = [f"n_positions={config.n_positions}"]
+    return ", ".join(wrong)
+
+
+def _read_config(folder: str | Path) -> Any:
     transformers = _transformers()
     try:
-        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError):
+        return transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{folder}: not a Hugging Face model folder ({str(e).splitlines()[0][:160]})") from None
+
+
+def is_our_gpt2(folder: str | Path, prompt_length: int) -> bool:
+    """Whether ``folder`` holds a GPT-2 of the built-in ``transformer`` kind's layout, which :func:`load_gpt2` reads
+    into that kind; any other causal LM goes to the ``hf_causal_lm`` kind."""
+    try:
+        return not _layout_mismatch(_read_config(folder), prompt_length)
+    except UsageError:
         return False
-    return (getattr(config, "model_type", None) == "gpt2" and getattr(config, "activation_function", None) == "gelu"
-            and getattr(config, "tie_word_embeddings", None) is False and config.n_positions > prompt_length)
 
 
 def load_gpt2(folder: str | Path, prompt_length: int, device: torch.device | str = "cpu") -> TransformerPolicy:
     """A ``transformer`` policy from a GPT-2 folder of this layout (:func:`gpt2_config`'s values; any weights),
     answering after ``prompt_length`` tokens in a buffer of the folder's ``n_positions``; one-line
     :class:`UsageError` for a folder of another model."""
-    transformers = _transformers()
-    try:
-        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{folder}: not a Hugging Face model folder ({str(e).splitlines()[0][:160]})") from None
-    wanted = {"model_type": "gpt2", "activation_function": "gelu", "tie_word_embeddings": False}
-    wrong = [f"{k}={getattr(config, k, None)!r}" for k, v in wanted.items() if getattr(config, k, None) != v]
-    if wrong or config.n_positions <= prompt_length:
+    config = _read_config(folder)
+    wrong = _layout_mismatch(config, prompt_length)
+    if wrong:
         raise UsageError(f"{folder}: a transformer policy reads GPT-2 folders with activation_function='gelu', "
-                         f"untied output and more than {prompt_length} positions; this one has "
-                         f"{', '.join(wrong) or f'n_positions={config.n_positions}'}")
-    model = transformers.GPT2LMHeadModel.from_pretrained(str(folder), local_files_only=True)
+                         f"untied output and more than {prompt_length} positions; this one has {wrong}")
+    model = _transformers().GPT2LMHeadModel.from_pretrained(str(folder), local_files_only=True)
     policy = TransformerPolicy(config.vocab_size, prompt_length, config.n_positions - prompt_length, config.n_embd,
                                config.n_layer, config.n_head)
     theirs = model.state_dict()

@@ -73,8 +73,8 @@ class TanhGaussianActorCritic(GaussianActorCritic):
         y = (action.to(self.action_scale.dtype) - self.action_bias) / self.action_scale
         return torch.atanh(y.clamp(-_LIMIT, _LIMIT))
 
-    def _log_prob(self, mean: Tensor, log_std: Tensor, action: Tensor) -> Tensor:
-        u = self._pre_squash(action)
+    def _log_prob(self, mean: Tensor, log_std: Tensor, u: Tensor) -> Tensor:
+        """``[N]`` log-density of the actions whose pre-squash values (:meth:`_pre_squash`) are ``u``."""
         return (D.gaussian_log_prob(mean, log_std, u) - D.log1m_tanh_sq(u).sum(-1)
                 - self.action_scale.log().sum())
 
@@ -88,7 +88,7 @@ class TanhGaussianActorCritic(GaussianActorCritic):
         log_std = self.log_std if log_std is None else log_std
         u = mean if deterministic else D.gaussian_sample(mean, log_std, generator, noise)
         action = self.action_bias + self.action_scale * torch.tanh(u)
-        return PolicyOutput(action, self._log_prob(mean, log_std, action), value)
+        return PolicyOutput(action, self._log_prob(mean, log_std, self._pre_squash(action)), value)
 
     def evaluate(
         self, obs: Tensor, action: Tensor, action_mask: Tensor | None = None, critic_obs: Tensor | None = None
@@ -102,7 +102,7 @@ class TanhGaussianActorCritic(GaussianActorCritic):
         u_r = mean + std * eps  # equal to u; differentiable in mean and log_std
         entropy = ((self.log_std + _ENTROPY_CONST).sum() + D.log1m_tanh_sq(u_r).sum(-1)
                    + self.action_scale.log().sum())
-        return self._log_prob(mean, self.log_std, action), entropy, value
+        return self._log_prob(mean, self.log_std, u), entropy, value
 
     def export_module(self) -> DeployedActor:
         """The squashed mean as plain PyTorch, the normaliser folded in."""

@@ -206,6 +206,7 @@ class PandaPickCubeEnv(MujocoEnv):
         self.ctrl_low, self.ctrl_high = (torch.tensor(model.actuator_ctrlrange[:, i], dtype=torch.float64)
                                          for i in (0, 1))
         self.gripper_chain = SerialChain(model, "gripper")
+        self.box_half_height = float(model.geom_size[model.geom("box").id, 2])
         return model
 
     def _sample_initial_state(self, num_envs: int, generator: torch.Generator) -> MjInner:
@@ -255,9 +256,9 @@ class PandaPickCubeEnv(MujocoEnv):
         scale = self.object_scale(variant)
         if scale is None:
             return qpos
-        half = float(self.model.geom_size[self.model.geom("box").id, 2])
         z = BOX_POS.start + 2
-        return torch.cat((qpos[:, :z], (qpos[:, z] + half * (scale - 1.0)).unsqueeze(1), qpos[:, z + 1:]), dim=1)
+        return torch.cat((qpos[:, :z], (qpos[:, z] + self.box_half_height * (scale - 1.0)).unsqueeze(1),
+                          qpos[:, z + 1:]), dim=1)
 
     def _reset_task(self, n: int, generator: torch.Generator) -> Tensor:
         p = self.params
