@@ -14,6 +14,11 @@ see :func:`policy_for_env`), the critic reads ``concat(obs, critic_obs)`` (``[N,
 ``obs`` alone; ``act``, ``evaluate`` and ``value`` then take ``critic_obs=`` (``[N, C]``). With
 ``normalize_obs`` the privileged part has its own running statistics (``critic_obs_rms``). ``act`` without
 ``critic_obs`` still acts (the actor needs none; exports and players use it so) and reports a zero value.
+
+World critic (``world_agents`` M > 1, MAPPO's ``--world-critic``): rows come in groups of M, agent-minor (row ``r``
+is agent ``r % M`` of its world, as agent rollouts flatten), every row of a world carrying the same ``critic_obs``;
+the critic reads that group alone, once per world, and its M outputs are the world's agents' values. The same
+values as M per-agent critics could give, for ``1 / M`` of their arithmetic.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ class _ActorCriticBase(nn.Module):
 
     def _init_base(
         self, obs_dim: int, hidden_sizes: Sequence[int], normalize_obs: bool, out_name: str, out_size: int,
-        critic_obs_dim: int = 0,
+        critic_obs_dim: int = 0, world_agents: int = 0,
     ) -> None:
         """Validate the sizes, then build the normaliser, the critic and the actor (``out_size`` outputs)."""
         if obs_dim <= 0 or out_size <= 0 or any(h <= 0 for h in hidden_sizes):
@@ -45,13 +50,18 @@ class _ActorCriticBase(nn.Module):
             )
         if critic_obs_dim < 0:
             raise ValueError(f"critic_obs_dim must be >= 0, got {critic_obs_dim}")
+        if world_agents and (world_agents < 2 or not critic_obs_dim):
+            raise ValueError(f"a world critic reads a critic group (critic_obs_dim > 0) of a world of several agents "
+                             f"(world_agents >= 2), got critic_obs_dim={critic_obs_dim}, world_agents={world_agents}")
+        self.world_agents = world_agents
         self.obs_dim = obs_dim
         self.critic_obs_dim = critic_obs_dim
         self.hidden_sizes = tuple(hidden_sizes)
         self.normalize_obs = normalize_obs
         self.obs_rms = RunningMeanStd(obs_dim) if normalize_obs else None
         self.critic_obs_rms = RunningMeanStd(critic_obs_dim) if normalize_obs and critic_obs_dim else None
-        self.critic = mlp(obs_dim + critic_obs_dim, hidden_sizes, 1, out_gain=1.0)
+        self.critic = (mlp(critic_obs_dim, hidden_sizes, world_agents, out_gain=1.0) if world_agents
+                       else mlp(obs_dim + critic_obs_dim, hidden_sizes, 1, out_gain=1.0))
         self.actor = mlp(obs_dim, hidden_sizes, out_size, out_gain=0.01)
 
     def preprocess(self, obs: Tensor) -> Tensor:
@@ -59,18 +69,25 @@ class _ActorCriticBase(nn.Module):
         obs = to_float(obs)
         return self.obs_rms(obs) if self.obs_rms is not None else obs
 
-    def _critic_input(self, x: Tensor, critic_obs: Tensor | None) -> Tensor:
-        """The critic's input from the preprocessed policy observation ``x``: ``x`` itself, or
-        ``concat(x, normalised critic_obs)`` for a policy with a ``critic`` group."""
+    def _critic_value(self, x: Tensor, critic_obs: Tensor | None) -> Tensor:
+        """``[...]`` values from the preprocessed policy observation ``x``: the critic on ``x`` itself, on
+        ``concat(x, normalised critic_obs)`` for a policy with a ``critic`` group, or (a world critic) on each
+        world's group once, its M outputs spread back over the world's rows."""
         if not self.critic_obs_dim:
-            return x
+            return self.critic(x).squeeze(-1)
         if critic_obs is None:
             raise ValueError(f"this policy's critic reads {self.critic_obs_dim} privileged observations "
                              "(the environment's critic group): pass critic_obs")
         critic_obs = to_float(critic_obs)
         if self.critic_obs_rms is not None:
             critic_obs = self.critic_obs_rms(critic_obs)
-        return torch.cat([x, critic_obs], dim=-1)
+        if not self.world_agents:
+            return self.critic(torch.cat([x, critic_obs], dim=-1)).squeeze(-1)
+        m, rows = self.world_agents, critic_obs.shape[:-1]
+        if not rows.numel() or rows.numel() % m:
+            raise ValueError(f"a world critic takes rows in groups of the world's {m} agents (row r is agent r % {m} "
+                             f"of its world), got {rows.numel()} rows")
+        return self.critic(critic_obs.reshape(-1, m, critic_obs.shape[-1])[:, 0]).reshape(rows)
 
     def _heads(self, obs: Tensor, critic_obs: Tensor | None) -> tuple[Tensor, Tensor]:
         """``forward``, except that a policy with a ``critic`` group given no ``critic_obs`` reports zero values
@@ -98,12 +115,12 @@ class _ActorCriticBase(nn.Module):
     def value(self, obs: Tensor, critic_obs: Tensor | None = None) -> Tensor:
         """``[N]`` critic estimate for ``[N, O]`` observations (and ``[N, C]`` privileged ones, for a policy with
         a ``critic`` group)."""
-        return self.critic(self._critic_input(self.preprocess(obs), critic_obs)).squeeze(-1)
+        return self._critic_value(self.preprocess(obs), critic_obs)
 
     def forward(self, obs: Tensor, critic_obs: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """``(actor output [N, A] logits (unmasked) or [N, D] Gaussian mean, value [N])``."""
         x = self.preprocess(obs)
-        return self.actor(x), self.critic(self._critic_input(x, critic_obs)).squeeze(-1)
+        return self.actor(x), self._critic_value(x, critic_obs)
 
     def export_module(self) -> DeployedActor:
         """The deterministic action (the legal argmax, or the Gaussian's mean) as plain PyTorch, the normaliser
@@ -112,8 +129,9 @@ class _ActorCriticBase(nn.Module):
         return DeployedActor(self.actor, self.obs_dim, obs_rms=self.obs_rms, **sizes)
 
     def _config_extra(self) -> dict:
-        """Config entries of an asymmetric critic (none otherwise: such checkpoints are unchanged)."""
-        return {"critic_obs_dim": self.critic_obs_dim} if self.critic_obs_dim else {}
+        """Config entries of an asymmetric or world critic (none otherwise: such checkpoints are unchanged)."""
+        extra = {"critic_obs_dim": self.critic_obs_dim} if self.critic_obs_dim else {}
+        return {**extra, "world_agents": self.world_agents} if self.world_agents else extra
 
 
 class ActorCritic(_ActorCriticBase):
@@ -134,9 +152,10 @@ class ActorCritic(_ActorCriticBase):
         hidden_sizes: Sequence[int] = (64, 64),
         normalize_obs: bool = False,
         critic_obs_dim: int = 0,
+        world_agents: int = 0,
     ) -> None:
         super().__init__()
-        self._init_base(obs_dim, hidden_sizes, normalize_obs, "num_actions", num_actions, critic_obs_dim)
+        self._init_base(obs_dim, hidden_sizes, normalize_obs, "num_actions", num_actions, critic_obs_dim, world_agents)
         self.num_actions = num_actions
 
     def act(
@@ -198,9 +217,10 @@ class GaussianActorCritic(_ActorCriticBase):
         init_log_std: float = 0.0,
         normalize_obs: bool = False,
         critic_obs_dim: int = 0,
+        world_agents: int = 0,
     ) -> None:
         super().__init__()
-        self._init_base(obs_dim, hidden_sizes, normalize_obs, "action_dim", action_dim, critic_obs_dim)
+        self._init_base(obs_dim, hidden_sizes, normalize_obs, "action_dim", action_dim, critic_obs_dim, world_agents)
         self.action_dim = action_dim
         self.init_log_std = init_log_std
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
@@ -258,14 +278,19 @@ def build_policy(config: dict) -> nn.Module:
 
 def policy_for_env(
     spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), normalize_obs: bool = False, init_log_std: float = 0.0,
-    kind: str = "auto", memory_size: int = 0, lstm: bool = False,
+    kind: str = "auto", memory_size: int = 0, lstm: bool = False, world_agents: int = 0,
 ) -> nn.Module:
     """A fresh actor-critic sized for an environment's :class:`~rl_gpu.core.types.EnvSpec` (flat
     observations); with a ``critic`` observation group, the critic reads ``concat(policy obs, critic obs)``.
     ``kind``: a registered policy kind (:mod:`rl_gpu.nn.kinds`) to build instead; ``auto``: categorical for
     discrete actions, Gaussian for continuous ones, and the ``composed`` kind (:mod:`rl_gpu.nn.composed`: a CNN
     for frames) for observations that are not vectors. ``memory_size`` > 0: the composed policy with a GRU (an
-    LSTM with ``lstm``) of that size (``kind`` auto or composed)."""
+    LSTM with ``lstm``) of that size (``kind`` auto or composed). ``world_agents`` M: a world critic over the
+    ``critic`` group (module docstring; ``kind`` auto over vector observations, no memory)."""
+    if world_agents and (memory_size or kind != "auto" or len(spec.obs_shape) != 1):
+        raise ValueError("a world critic is built on the plain MLP actor-critics (--policy auto, vector observations, "
+                         f"no --memory), got --policy {kind}, observations {tuple(spec.obs_shape)}"
+                         + (" with --memory" if memory_size else ""))
     if memory_size:
         if kind not in ("auto", "composed"):
             raise ValueError(f"a policy with memory is the composed kind, not {kind!r}")
@@ -281,8 +306,9 @@ def policy_for_env(
     critic = spec.critic_obs_size
     if spec.is_continuous:
         return GaussianActorCritic(spec.obs_size, spec.action_size, hidden_sizes, init_log_std, normalize_obs,
-                                   critic_obs_dim=critic)
-    return ActorCritic(spec.obs_size, spec.num_actions, hidden_sizes, normalize_obs, critic_obs_dim=critic)
+                                   critic_obs_dim=critic, world_agents=world_agents)
+    return ActorCritic(spec.obs_size, spec.num_actions, hidden_sizes, normalize_obs, critic_obs_dim=critic,
+                       world_agents=world_agents)
 
 
 def mlp_for_env(spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), normalize_obs: bool = False,

@@ -118,13 +118,14 @@ _SQUASHED = {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize
 _ON_POLICY = "rl_gpu.nn.actor_critic:mlp_for_env"
 register_policy_kind(PolicyKind(
     "categorical", "rl_gpu.nn.actor_critic:ActorCritic",
-    {"obs_dim": int, "num_actions": int, "hidden_sizes": list, "normalize_obs": bool, "critic_obs_dim": int},
+    {"obs_dim": int, "num_actions": int, "hidden_sizes": list, "normalize_obs": bool, "critic_obs_dim": int,
+     "world_agents": int},
     ("obs_dim", "num_actions"), "discrete", _ON_POLICY,
     "masked categorical actor-critic (MLP; frames flattened)"))
 register_policy_kind(PolicyKind(
     "gaussian", "rl_gpu.nn.actor_critic:GaussianActorCritic",
     {"obs_dim": int, "action_dim": int, "hidden_sizes": list, "normalize_obs": bool, "init_log_std": float,
-     "critic_obs_dim": int},
+     "critic_obs_dim": int, "world_agents": int},
     ("obs_dim", "action_dim"), "continuous", _ON_POLICY,
     "diagonal Gaussian actor-critic (MLP; frames flattened)"))
 register_policy_kind(PolicyKind(

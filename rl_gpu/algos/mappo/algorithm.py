@@ -69,10 +69,12 @@ class MAPPO(PPO):
         if setup.policy != "auto" and not config.share_params:
             raise ValueError(f"--policy {setup.policy} is one network the agents share; --no-share-params builds one "
                              "per agent (the per_agent kind): drop one of them")
+        if config.world_critic:
+            cls._check_world_critic(setup, config, setup.num_steps * env.num_envs)
         if config.share_params:
             policy = policy_for_env(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
                                     setup.init_log_std, kind=setup.policy, memory_size=setup.memory_size,
-                                    lstm=setup.lstm)
+                                    lstm=setup.lstm, world_agents=spec.num_agents if config.world_critic else 0)
         else:
             cls._check_separate(config, setup.num_steps * env.num_envs)
             policy = PerAgentActorCritic.for_spec(cls.critic_spec(spec), setup.hidden_sizes, setup.normalize_obs,
@@ -99,14 +101,26 @@ class MAPPO(PPO):
                              "snapshots of one shared actor; drop --no-share-params")
 
     @classmethod
-    def _check_separate(cls, config: MAPPOConfig, world_steps: int) -> None:
-        """Separate networks per agent learn from minibatches of whole world-steps (every agent's row of each)."""
+    def _check_world_critic(cls, setup: Setup, config: MAPPOConfig, world_steps: int) -> None:
+        """A world critic: MAPPO's, one shared plain MLP actor-critic, minibatches of whole world-steps."""
+        if not cls.centralised:
+            raise ValueError("--world-critic is MAPPO's centralised critic; --algo ippo's critics read each agent's "
+                             "own observation: use --algo mappo or drop --world-critic")
+        if not config.share_params or setup.memory_size or setup.policy != "auto":
+            raise ValueError("--world-critic is built on one shared MLP actor-critic: drop --no-share-params, "
+                             "--memory and --policy")
+        cls._check_separate(config, world_steps, "--world-critic")
+
+    @classmethod
+    def _check_separate(cls, config: MAPPOConfig, world_steps: int, flag: str = "--no-share-params") -> None:
+        """Separate networks per agent, or a world critic, learn from minibatches of whole world-steps (every
+        agent's row of each)."""
         if world_steps % config.num_minibatches:
-            raise ValueError(f"--algo {cls.name} with --no-share-params splits the rollout's {world_steps} world-steps "
+            raise ValueError(f"--algo {cls.name} with {flag} splits the rollout's {world_steps} world-steps "
                              f"(num_steps x num_envs) into minibatches: num_minibatches={config.num_minibatches} "
                              "must divide it")
         if config.micro_batch_size is not None:
-            raise ValueError(f"--algo {cls.name} with --no-share-params takes no --micro-batch-size (a micro-batch "
+            raise ValueError(f"--algo {cls.name} with {flag} takes no --micro-batch-size (a micro-batch "
                              "would split a world-step's agents)")
 
     def __init__(self, policy, config: MAPPOConfig, *args, **kwargs) -> None:
@@ -137,9 +151,10 @@ class MAPPO(PPO):
                                     state["opponent_slot"].to(self.device))
 
     def _permutations(self, num_slots: int) -> Tensor:
-        """PPO's shuffles over every agent's decisions; with one network per agent, over world-steps, each bringing
-        its M agent rows in order (slot ``w * M + m``), so a minibatch's rows stay in groups of M."""
-        m = getattr(self._policy, "num_agents", 1)
+        """PPO's shuffles over every agent's decisions; with one network per agent or a world critic, over
+        world-steps, each bringing its M agent rows in order (slot ``w * M + m``), so a minibatch's rows stay in
+        groups of M."""
+        m = max(getattr(self._policy, "num_agents", 1), getattr(self._policy, "world_agents", 0))
         if m == 1:
             return super()._permutations(num_slots)
         steps = super()._permutations(num_slots // m)

@@ -20,3 +20,7 @@ class MAPPOConfig(PPOConfig):
     share_params: bool = True
     """one actor and one critic shared by every agent (MAPPO's default); off: each agent its own networks (stacked,
     evaluated in one batched call), minibatches of whole world-steps, and one exported actor file per agent"""
+    world_critic: bool = False
+    """MAPPO's centralised critic reads the world's critic group alone, once per world, one output per agent
+    (BenchMARL's shared centralised critic, with a head per agent): 1/M of the per-agent critic's arithmetic;
+    minibatches of whole world-steps. Off: each agent's row is valued from concat(its observation, the group)"""

@@ -85,6 +85,9 @@ class PopulationMAPPO(PopulationPPO):
         if getattr(member.policy, "num_agents", 1) > 1:
             raise ValueError("a population stacks one shared actor-critic per member: --no-share-params (one "
                              "network per agent) is not supported with --parallel")
+        if getattr(member.policy, "world_agents", 0):
+            raise ValueError("a population stacks one shared actor-critic per member, each row valued apart: "
+                             "--world-critic is not supported with --parallel")
 
     def _build_collection(self) -> None:
         """No rollout engine: the shared environment is stepped by the agent collector."""
