@@ -27,6 +27,7 @@ from rl_gpu.core.errors import UsageError
 from rl_gpu.core.lazy import require_transformers
 from rl_gpu.core.types import PolicyOutput
 from rl_gpu.nn import distributions as D
+from rl_gpu.nn.lora import check_rank, inject_lora, merged_copy, train_adapters_only
 
 MAX_CONFIG_CHARS = 65536
 """The most characters a stored ``hf_config`` may take as JSON."""
@@ -51,7 +52,8 @@ class HFCausalLMPolicy(nn.Module):
     """Its model computes buffers at construction that checkpoints do not hold (rotary frequencies): a checkpoint
     is checked against the architecture built on ``meta``, then built for real (:mod:`rl_gpu.nn.rebuild`)."""
 
-    def __init__(self, hf_config: dict[str, Any], prompt_length: int, response_length: int) -> None:
+    def __init__(self, hf_config: dict[str, Any], prompt_length: int, response_length: int,
+                 lora_rank: int = 0) -> None:
         super().__init__()
         transformers = _transformers()
         if not isinstance(hf_config, dict) or not isinstance(hf_config.get("model_type"), str):
@@ -73,30 +75,56 @@ class HFCausalLMPolicy(nn.Module):
         self.prompt_length, self.response_length = int(prompt_length), int(response_length)
         self.length = length
         self.obs_dim = length + 1
+        self.width = int(text.hidden_size)
         self.lora_rank = 0
         self._cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        if lora_rank:
+            self.add_lora(lora_rank)
 
     # What the language-model algorithms ask of a policy besides acting (the transformer kind's names).
     def add_lora(self, rank: int) -> HFCausalLMPolicy:
-        raise UsageError("--lora-rank trains adapters on the built-in transformer kind; a Hugging Face model's "
-                         "policy trains every weight here")
+        """Low-rank adapters (:mod:`rl_gpu.nn.lora`) on every linear layer of the model but its output layer
+        (attention and MLP projections), the model's own weights frozen: only the adapters and the value head
+        train. The adapters start at zero, so the policy acts as before."""
+        if self.lora_rank:
+            raise ValueError("this policy already has LoRA adapters")
+        inject_lora(self.model, check_rank(rank, self.width), "all-linear")
+        self.lora_rank = rank
+        return self.freeze_base()
 
     def freeze_base(self) -> HFCausalLMPolicy:
+        """With LoRA adapters: only they (and the value head) train; without: everything trains."""
+        train_adapters_only(self.model, bool(self.lora_rank))
         return self
 
     def merged(self) -> HFCausalLMPolicy:
-        return self
+        """A copy with its LoRA adapters folded into the weights (the model's plain layers, the same outputs);
+        itself without."""
+        if not self.lora_rank:
+            return self
+        twin = HFCausalLMPolicy(self.hf_config, self.prompt_length, self.response_length)
+        twin.model.load_state_dict(merged_copy(self.model).state_dict())
+        twin.value_head.load_state_dict(self.value_head.state_dict())
+        return twin.to(self.value_head.weight.device)
 
     def set_gradient_checkpointing(self, on: bool) -> None:
-        """Recompute each layer in the backward pass (``transformers``' own, non-reentrant) or not."""
-        if on:
-            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        elif self.model.is_gradient_checkpointing:
-            self.model.gradient_checkpointing_disable()
+        """Recompute each layer in the backward pass (``transformers``' own, non-reentrant) or not. ``transformers``
+        5 names it activation checkpointing; older releases, gradient checkpointing."""
+        model = self.model
+        if hasattr(model, "activation_checkpointing_enable"):
+            if on:
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            elif model.is_activation_checkpointing:
+                model.activation_checkpointing_disable()
+        elif on:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        elif model.is_gradient_checkpointing:
+            model.gradient_checkpointing_disable()
 
     def config(self) -> dict[str, Any]:
+        extra = {"lora_rank": self.lora_rank} if self.lora_rank else {}
         return {"kind": "hf_causal_lm", "hf_config": self.hf_config, "prompt_length": self.prompt_length,
-                "response_length": self.response_length}
+                "response_length": self.response_length, **extra}
 
     def _outputs(self, tokens: Tensor) -> tuple[Tensor, Tensor]:
         """``(logits [B, T, V], last hidden state [B, T, d])`` of one causal pass over ``tokens`` ``[B, T]``."""
@@ -161,8 +189,8 @@ class HFCausalLMPolicy(nn.Module):
         return logits[:, p - 1:], self.value_head(hidden[:, p - 1:].float()).squeeze(-1)
 
     def save_hf(self, folder: Path) -> None:
-        """The model alone (no value head) as a ``save_pretrained`` folder."""
-        self.model.save_pretrained(str(folder))
+        """The model alone (no value head; LoRA adapters folded in) as a ``save_pretrained`` folder."""
+        self.merged().model.save_pretrained(str(folder))
 
 
 def load_hf_folder(folder: str | Path, prompt_length: int, response_length: int,

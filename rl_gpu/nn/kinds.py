@@ -160,7 +160,7 @@ register_policy_kind(PolicyKind(
     "decoder-only transformer over a text environment's token buffer, with a key-value cache (rl_gpu.envs.text)"))
 register_policy_kind(PolicyKind(
     "hf_causal_lm", "rl_gpu.nn.hf_causal:HFCausalLMPolicy",
-    {"hf_config": "json", "prompt_length": int, "response_length": int},
+    {"hf_config": "json", "prompt_length": int, "response_length": int, "lora_rank": int},
     ("hf_config", "prompt_length", "response_length"), "discrete", None,
     "a Hugging Face transformers causal LM over a text environment's tokens (--init FOLDER of the LM algorithms)"))
 register_policy_kind(PolicyKind(

@@ -16,7 +16,6 @@ memory: a run of generation is one episode.
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any, Optional
 
@@ -25,10 +24,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from rl_gpu.core.errors import UsageError
 from rl_gpu.core.types import PolicyOutput
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.deploy import DeployedActor
+from rl_gpu.nn.lora import check_rank, inject_lora, merged_copy, train_adapters_only
 
 
 class _Block(nn.Module):
@@ -167,26 +166,18 @@ class TransformerPolicy(nn.Module):
             self.add_lora(lora_rank)
 
     def add_lora(self, rank: int) -> TransformerPolicy:
-        """Low-rank adapters (``peft``'s LoRA, alpha = 2 x rank, no dropout) on every linear layer of the blocks, and
-        the model's own weights frozen: only the adapters and the value head train. The adapters start at zero, so
-        the policy acts as before."""
-        try:
-            from peft import LoraConfig, inject_adapter_in_model
-        except ImportError:
-            raise UsageError("LoRA needs peft: pip install 'rl-gpu[lm]'") from None
+        """Low-rank adapters (:mod:`rl_gpu.nn.lora`) on every linear layer of the blocks, and the model's own
+        weights frozen: only the adapters and the value head train. The adapters start at zero, so the policy acts
+        as before."""
         if self.lora_rank:
             raise ValueError("this policy already has LoRA adapters")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= self.width:
-            raise UsageError(f"--lora-rank must be between 1 and the model's width {self.width}, got {rank!r}")
-        inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
-                                           target_modules=["qkv", "out", "mlp.0", "mlp.2"]), self.model)
+        inject_lora(self.model, check_rank(rank, self.width), ["qkv", "out", "mlp.0", "mlp.2"])
         self.lora_rank = rank
         return self.freeze_base()
 
     def freeze_base(self) -> TransformerPolicy:
         """With LoRA adapters: only they (and the value head) train; without: everything trains."""
-        for name, parameter in self.model.named_parameters():
-            parameter.requires_grad_(not self.lora_rank or "lora_" in name)
+        train_adapters_only(self.model, bool(self.lora_rank))
         return self
 
     def merged(self) -> TransformerPolicy:
@@ -195,13 +186,7 @@ class TransformerPolicy(nn.Module):
             return self
         twin = TransformerPolicy(self.num_actions, self.prompt_length, self.response_length, self.width,
                                  self.layers, self.heads).to(self.value_head.weight.device)
-        model = copy.deepcopy(self.model)
-        for name, module in list(model.named_modules()):
-            if hasattr(module, "base_layer") and hasattr(module, "merge"):
-                module.merge()
-                parent, _, child = name.rpartition(".")
-                setattr(model.get_submodule(parent) if parent else model, child, module.base_layer)
-        twin.model.load_state_dict(model.state_dict())
+        twin.model.load_state_dict(merged_copy(self.model).state_dict())
         twin.value_head.load_state_dict(self.value_head.state_dict())
         return twin
 

@@ -46,6 +46,21 @@ def test_a_short_mappo_run_trains_evaluates_films_exports_and_resumes(tmp_path):
     assert [r["update"] for r in lines if "loss" in r] == [1, 2, 3]
 
 
+def test_a_world_critic_trains_loads_and_resumes(tmp_path):
+    out = tmp_path / "nav"
+    code, text, err = call_main(main, "--algo", "mappo", "--world-critic", *TINY, "--output", out)
+    assert code == 0, err
+    run_dir = out / "seed-3"
+    assert json.loads((run_dir / "config.json").read_text())["mappo"]["world_critic"] is True
+    policy, _ = load_policy(run_dir / "best.pt")
+    assert policy.config()["world_agents"] == 4 and policy.critic[-1].out_features == 4  # a value head per agent
+    assert policy.act(torch.zeros(5, 18), deterministic=True).action.shape == (5, 2)
+    code, _, err = call_main(main, "--resume", run_dir, "--max-updates", "3")
+    assert code == 0, err
+    code, text, err = call_main(evaluate_main, run_dir / "last.pt", "--episodes", "4")
+    assert code == 0, err
+
+
 @pytest.mark.slow  # suite time; tests/algos/test_population_mappo.py checks each member against its lone update
 def test_seeds_in_parallel_each_keep_a_lone_runs_files_and_resume_alone(tmp_path):
     out = tmp_path / "nav"
@@ -72,6 +87,10 @@ def test_seeds_in_parallel_each_keep_a_lone_runs_files_and_resume_alone(tmp_path
     (["--algo", "mappo", "--env", "vmas:navigation", "--compile", "cudagraphs"], ["--compile cudagraphs"]),
     (["--algo", "mappo", "--env", "vmas:navigation", "--parallel", "--no-share-params", "--seeds", "1", "2"],
      ["--parallel", "--no-share-params"]),
+    (["--algo", "mappo", "--env", "vmas:navigation", "--parallel", "--world-critic", "--seeds", "1", "2"],
+     ["--world-critic", "--parallel"]),
+    (["--algo", "ippo", "--env", "vmas:navigation", "--world-critic"], ["--algo mappo or drop --world-critic"]),
+    (["--algo", "ppo", "--env", "CartPole-v1", "--world-critic"], ["--world-critic"]),
 ])
 def test_what_cannot_work_is_one_line_exit_2(tmp_path, args, needles):
     out = tmp_path / "never"

@@ -126,7 +126,50 @@ def test_sft_grpo_evaluate_and_export_from_the_command_line(tmp_path, call_main)
     with torch.no_grad():
         torch.testing.assert_close(back(tokens).logits, loaded.model(input_ids=tokens).logits)
     code, _, err = call_main(train, "--env", "Addition-v0?digits=1", "--algo", "grpo", "--init", tmp_path / "llama",
-                             "--lora-rank", "2", "--num-envs", "16", "--max-updates", "1", "--output",
+                             "--lora-rank", "2", "--num-envs", "16", "--group-size", "4", "--max-updates", "1",
+                             "--eval-every", "1", "--output", tmp_path / "lora", *small)
+    assert code in (0, 1), err
+    adapted = rl_gpu.load(tmp_path / "lora" / "seed-11" / "best.pt").policy
+    assert adapted.config()["lora_rank"] == 2
+    code, text, err = call_main(export, tmp_path / "lora" / "seed-11" / "best.pt", "--format", "hf", "--output",
+                                tmp_path / "hf_lora")
+    assert code == 0, err
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf_lora").eval()  # plain layers
+    assert not any("lora_" in name for name, _ in back.named_parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(back(tokens).logits, adapted.model(input_ids=tokens).logits)
+    code, _, err = call_main(train, "--env", "Addition-v0?digits=1", "--algo", "grpo", "--init", tmp_path / "llama",
+                             "--lora-rank", "64", "--num-envs", "16", "--max-updates", "1", "--output",
                              tmp_path / "never", *small)
-    assert code == 2 and "--lora-rank trains adapters on the built-in transformer kind" in err, err
+    assert code == 2 and "--lora-rank must be between 1 and the model's width 32, got 64" in err, err
     assert not (tmp_path / "never").exists()
+
+
+def test_lora_adapters_train_alone_start_at_the_model_and_fold_back_into_it(tmp_path):
+    from rl_gpu.core.errors import UsageError
+
+    policy = _policy()
+    adapted = _policy().add_lora(4)
+    tokens = torch.randint(2, VOCAB, (3, P + R))
+    with torch.no_grad():
+        torch.testing.assert_close(adapted.response_logits(tokens), policy.response_logits(tokens))
+        trainable = {name for name, p in adapted.named_parameters() if p.requires_grad}
+        assert trainable and all("lora_" in name or name.startswith("value_head") for name in trainable)
+        assert {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in trainable if "lora_" in name} == {
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+        for name, p in adapted.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+        moved = adapted.response_logits(tokens)
+        assert not torch.allclose(moved, policy.response_logits(tokens))
+        merged = adapted.merged()
+        assert "lora_rank" not in merged.config() and not any("lora_" in n for n, _ in merged.named_parameters())
+        torch.testing.assert_close(merged.response_logits(tokens), moved, atol=1e-5, rtol=1e-5)
+        state = {k: v.clone() for k, v in adapted.state_dict().items()}
+        rebuilt = rebuild_policy(adapted.config(), state, tmp_path / "x.pt")
+        torch.testing.assert_close(rebuilt.response_logits(tokens), moved)
+    for rank in (0, 33, True):
+        with pytest.raises(UsageError, match="--lora-rank must be between 1 and the model's width 32"):
+            _policy().add_lora(rank)
+    with pytest.raises(ValueError, match="already has LoRA adapters"):
+        adapted.add_lora(2)

@@ -5,7 +5,8 @@ Both are PPO (:class:`~rl_gpu.algos.ppo.algorithm.PPO`) whose rollouts carry an 
 update learns from the rollout's ``N * M`` agent rows (:meth:`~rl_gpu.data.rollout.Rollout.agents_as_rows`):
 advantages per agent (GAE over each agent's own rewards, the world's episode ends), minibatches shuffled over
 every agent's decisions. MAPPO's critic reads ``concat(agent's observation, the world's critic group)`` (VMAS:
-every agent's observation), so it can value what the agent alone cannot see; IPPO's reads the agent's
+every agent's observation), so it can value what the agent alone cannot see; with ``world_critic`` it reads the
+group alone, once per world, one output per agent (:mod:`rl_gpu.nn.actor_critic`). IPPO's reads the agent's
 observation only. The actor is the same in both, and is what evaluation and export use. With ``value_norm`` (the
 default) the critic learns normalised value targets (:class:`~rl_gpu.nn.normalization.ValueNormalizer`).
 """
