@@ -10,7 +10,8 @@
 #      CUDA graphs: env-only, env + inference, full training); SAC and TD3 iterations at N=4096
 #      (gpu_check_offpolicy.py); the policy layer (CNN on MinAtar frames in three modes, the host collector's
 #      compiled policy half: gpu_check_policies.py; PPO with a GRU eager vs graph-captured: its memory stage); bf16 and fp16 against fp32 for PPO's update
-#      (precision.py at 4096 envs); MAPPO on vmas:navigation at N=32768 worlds (gpu_check_mappo.py; skipped
+#      (precision.py at 4096 envs); MAPPO on vmas:navigation at N=32768 worlds, eager, compiled and with the
+#      world critic (gpu_check_mappo.py; skipped
 #      without VMAS); GRPO's generation tokens/s, update time and peak memory for a 256x6 transformer at 4096 rows
 #      (llm/grpo_throughput.py); ten CartPole variants in one batch against one task
 #      (multitask_throughput.py); data-parallel PPO under torchrun (distributed_throughput.py); MuJoCo Warp when
@@ -68,7 +69,7 @@ stage memory 35 "$PY" benchmarks/gpu_check_policies.py --device cuda --calls 2 -
     --output "$OUT/memory.json"
 stage precision 20 "$PY" benchmarks/precision.py --device cuda --num-envs 4096 --rounds 3 --precisions bf16 fp16
 if "$PY" -c "import vmas" 2>/dev/null; then
-    stage mappo_vmas 55 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 32768 --num-steps 32 \
+    stage mappo_vmas 65 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 32768 --num-steps 32 \
         --iterations 2 --rounds 2 --output "$OUT/mappo_vmas.json"
 fi
 stage multitask 15 "$PY" benchmarks/multitask_throughput.py --device cuda --num-envs 65536 --tasks 10 --rounds 3

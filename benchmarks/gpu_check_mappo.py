@@ -1,5 +1,6 @@
 """MAPPO on vmas:navigation at many worlds: steps/s of whole iterations (VMAS stepping, the shared actor, the
-update on every agent's rows), eager against torch.compile (inductor), sides alternating.
+update on every agent's rows), eager against torch.compile (inductor) and against the world critic
+(``--world-critic``, eager), sides alternating.
 
     python benchmarks/gpu_check_mappo.py --device cuda --num-envs 65536 --num-steps 32   # a stage of gpu_check.sh
     OMP_NUM_THREADS=1 python benchmarks/gpu_check_mappo.py --device cpu --num-envs 64 --num-steps 8 --rounds 1
@@ -27,11 +28,16 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def build(args: argparse.Namespace, compile_mode: str) -> MAPPO:
+MODES = {"off": ("off", False), "inductor": ("inductor", False), "world-critic": ("off", True)}
+"""Each side: (compile mode, world critic)."""
+
+
+def build(args: argparse.Namespace, mode: str) -> MAPPO:
+    compile_mode, world_critic = MODES[mode]
     env = make("vmas:navigation", num_envs=args.num_envs, device=args.device, seed=0,
                max_episode_steps=args.num_steps)
     setup = Setup(env=env, seed=0, learning_rate=3e-4, num_steps=args.num_steps, compile=compile_mode)
-    return MAPPO.from_setup(setup, MAPPOConfig(update_epochs=4, num_minibatches=4))
+    return MAPPO.from_setup(setup, MAPPOConfig(update_epochs=4, num_minibatches=4, world_critic=world_critic))
 
 
 def timed(algo: MAPPO, iterations: int, device: torch.device) -> float:
@@ -56,17 +62,17 @@ def main() -> None:
     parser.add_argument("--output", default=None, help="write the figures here as JSON")
     args = parser.parse_args()
     device = torch.device(args.device)
-    modes = ("off", "inductor")
+    modes = tuple(MODES)
     algos = {mode: build(args, mode) for mode in modes}
     figures: dict[str, list[float]] = {mode: [] for mode in modes}
     for r in range(args.rounds):
         for mode in modes if r % 2 == 0 else modes[::-1]:
             rate = timed(algos[mode], args.iterations, device)
             figures[mode].append(rate)
-            print(f"round {r + 1} compile {mode}: {rate:,.0f} world steps/s", flush=True)
+            print(f"round {r + 1} {mode}: {rate:,.0f} world steps/s", flush=True)
     agents = algos["off"].env.spec.num_agents
     print(f"\nMAPPO on vmas:navigation ({agents} agents), N={args.num_envs} worlds x T={args.num_steps} on {device}")
-    print("| compile | world steps/s (median) | agent steps/s | vs eager |")
+    print("| side | world steps/s (median) | agent steps/s | vs eager |")
     print("| --- | ---: | ---: | ---: |")
     eager = statistics.median(figures["off"])
     for mode in modes:

@@ -9,8 +9,9 @@ stays on the device.
   and the scale halved; after ``growth_interval`` finite steps in a row the scale doubles. Unlike
   ``torch.amp.GradScaler``, nothing is read back to decide a skip, so the update keeps no host synchronisation.
 - ``auto``: bf16 for a policy with convolutions on a CUDA device that supports it, else fp32. On an H200 bf16 made
-  the MinAtar CNN's update 3.5x faster and a 256x256 MLP's 0.97x (its products too small to gain); on this
-  project's CPUs, without bf16 instructions, bf16 matrix products run slower than fp32 (``benchmarks/precision.py``).
+  the MinAtar CNN's update 3.5x faster and a 256x256 MLP's 0.97x (its products too small to gain). On a CPU
+  the gain depends on its instructions: without bf16 arithmetic, bf16 products run many times slower than fp32;
+  with AVX512-BF16 they run faster (``benchmarks/precision.py`` measures both ways); ``auto`` keeps fp32 there.
 """
 
 from __future__ import annotations
