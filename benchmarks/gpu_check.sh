@@ -13,7 +13,7 @@
 #      (precision.py at 4096 envs); MAPPO on vmas:navigation at N=32768 worlds, eager, compiled and with the
 #      world critic (gpu_check_mappo.py; skipped
 #      without VMAS); GRPO's generation tokens/s, update time and peak memory for a 256x6 transformer at 4096 rows
-#      (llm/grpo_throughput.py); ten CartPole variants in one batch against one task
+#      (llm/grpo_throughput.py) and its decoding step eager, compiled and as a CUDA graph (llm/decode_compile.py); ten CartPole variants in one batch against one task
 #      (multitask_throughput.py); data-parallel PPO under torchrun (distributed_throughput.py); MuJoCo Warp when
 #      installed.
 # Prints one table at the end (stage, exit, seconds, its last line); each stage's output is in $OUT/<stage>.txt.
@@ -74,6 +74,7 @@ if "$PY" -c "import vmas" 2>/dev/null; then
 fi
 stage multitask 15 "$PY" benchmarks/multitask_throughput.py --device cuda --num-envs 65536 --tasks 10 --rounds 3
 stage grpo 10 "$PY" benchmarks/llm/grpo_throughput.py --device cuda --num-envs 4096 --sizes 256x6 --iterations 3
+stage decode 40 "$PY" benchmarks/llm/decode_compile.py --device cuda --size 256x6 --num-envs 4096 --rounds 2
 stage distributed 45 "$PY" benchmarks/distributed_throughput.py --device cuda --num-envs 16384 --num-steps 32 \
     --iterations 5 --output "$OUT/distributed.json"
 if "$PY" -c "import mujoco_warp" 2>/dev/null; then

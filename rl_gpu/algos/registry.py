@@ -64,6 +64,8 @@ class AlgorithmSpec:
     """Trains for ``--total-timesteps`` (else only for ``--max-updates``)."""
     compile_modes: tuple[str, ...] = COMPILE_MODES
     """The ``--compile`` modes it has (``off`` always; ``auto`` resolves to one of them)."""
+    compile_auto: bool = True
+    """``--compile auto`` takes the device's default mode (else it is ``off``)."""
     agents: bool = False
     """Trains environments of several agents acting at once (``spec.num_agents`` > 1, an agent axis in the
     rollout: :mod:`rl_gpu.collect.agents`)."""
@@ -300,9 +302,11 @@ register_algorithm(AlgorithmSpec(
     preset_section=("update_epochs", "num_minibatches", "max_grad_norm")))
 _LM_PRECISIONS = ("fp32", "bf16", "auto")
 """The language-model algorithms' precisions (bf16 needs no loss scaling; fp16 would)."""
-_LM_SPEC = dict(torchrun=False, compile_modes=("off",), precisions=_LM_PRECISIONS, default_env="Addition-v0",
-                ignores=("normalize_obs", "init_log_std"))
+_LM_SPEC = dict(torchrun=False, compile_modes=("off",), compile_auto=False, precisions=_LM_PRECISIONS,
+                default_env="Addition-v0", ignores=("normalize_obs", "init_log_std"))
 """What the language-model algorithms (SFT, GRPO, RLHF-PPO) can run alike."""
+_LM_COMPILE = ("off", "inductor", "cudagraphs")
+"""The algorithms that generate compile their decoding step (rl_gpu.algos.lm.decode); ``auto`` is eager."""
 register_algorithm(AlgorithmSpec(
     name="sft", config="rl_gpu.algos.lm.config:SFTConfig", factory="rl_gpu.algos.lm.sft:SFT",
     summary="supervised fine-tuning of a language-model policy on a text task's reference answers (GRPO's warm start)",
@@ -311,11 +315,11 @@ register_algorithm(AlgorithmSpec(
     name="grpo", config="rl_gpu.algos.lm.config:GRPOConfig", factory="rl_gpu.algos.lm.grpo:GRPO",
     summary="GRPO / RLOO: a language-model policy learns a text task's reward, each response against the others "
             "to its prompt",
-    **_LM_SPEC))
+    **{**_LM_SPEC, "compile_modes": _LM_COMPILE}))
 register_algorithm(AlgorithmSpec(
     name="rlhf_ppo", config="rl_gpu.algos.lm.config:RLHFPPOConfig", factory="rl_gpu.algos.lm.rlhf_ppo:RLHFPPO",
     summary="RLHF's PPO: a language-model policy, a per-token KL penalty to its start, GAE over tokens, a value head",
-    **_LM_SPEC))
+    **{**_LM_SPEC, "compile_modes": _LM_COMPILE}))
 register_algorithm(AlgorithmSpec(
     name="appo", config="rl_gpu.algos.vtrace.config:APPOConfig", factory="rl_gpu.algos.vtrace.algorithm:APPO",
     summary="PPO's clipped objective on V-trace advantages and targets (single-agent tasks)",

@@ -77,6 +77,21 @@ class _Block(nn.Module):
         return self._finish(x, F.scaled_dot_product_attention(qkv[0], cache[0, :, :, :position + 1],
                                                               cache[1, :, :, :position + 1]))
 
+    def step_at(self, x: Tensor, cache: Tensor, position: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`step` at a 0-dim long ``position``, reading the cache without writing it: ``(output [B, 1, d], the
+        new token's keys and values [2, B, H, 1, h])``. Attention over every cached position, those at or after
+        ``position`` masked, and the new key, with the softmax taken over both: no slice by a host value and no
+        copy of the cache, so one graph of static shapes serves every position (compiled decoding, CUDA graphs)."""
+        qkv = self._split(x)
+        q, keys, values = qkv[0], cache[0], cache[1]
+        scale = q.size(-1) ** -0.5
+        before = torch.arange(keys.size(2), device=x.device) < position
+        cached = (q @ keys.transpose(-1, -2) * scale).masked_fill(~before, float("-inf"))  # [B, H, 1, L]
+        own = (q * qkv[1]).sum(-1, keepdim=True) * scale  # [B, H, 1, 1]
+        weights = torch.softmax(torch.cat([cached, own], dim=-1), dim=-1)
+        attended = weights[..., :-1] @ values + weights[..., -1:] * qkv[2]
+        return self._finish(x, attended), qkv[1:]
+
 
 class CausalTransformer(nn.Module):
     """Decoder-only transformer over token ids (see the module docstring)."""
@@ -138,6 +153,17 @@ class CausalTransformer(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block.step(x, cache[i], position)
         return self.norm(x)[:, 0]
+
+    def step_at(self, token: Tensor, cache: Tensor, position: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`step` at a 0-dim long ``position`` (:meth:`_Block.step_at`), the cache only read: ``(hidden
+        state [B, d], the new token's keys and values [C, 2, B, H, 1, h])`` for the caller to write at
+        ``position``."""
+        x = self.embed(token).unsqueeze(1) + self.position(position)
+        written = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block.step_at(x, cache[i], position)
+            written.append(kv)
+        return self.norm(x)[:, 0], torch.stack(written)
 
     def new_cache(self, batch: int, dtype: torch.dtype | None = None) -> Tensor:
         """An empty key-value cache ``[C, 2, B, H, L, h]`` for ``batch`` rows."""
@@ -241,6 +267,13 @@ class TransformerPolicy(nn.Module):
         """``[B, V]`` logits of the token after ``token`` ``[B]``, written at buffer ``position``."""
         return self.model.lm_head(self.model.step(token.long(), cache, position))
 
+    def next_logits_at(self, token: Tensor, cache: Tensor, position: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`next_logits` at a 0-dim long ``position`` tensor, the cache only read: ``(logits [B, V], the new
+        token's keys and values [C, 2, B, H, 1, h])``, for :func:`write_step` to put into the cache at ``position``;
+        the step that compiles to one graph."""
+        hidden, written = self.model.step_at(token.long(), cache, position)
+        return self.model.lm_head(hidden), written
+
     def response_logits(self, tokens: Tensor, group: int = 1) -> Tensor:
         """``[B, R, V]``: at each response position, the logits that chose its token, from one causal pass over
         the whole buffer ``tokens`` ``[B, L]`` (``group``: see :meth:`response_outputs`)."""
@@ -290,3 +323,9 @@ def transformer_for_env(spec: Any, hidden_sizes, normalize_obs: bool = False, in
                          "rl_gpu.envs.text), e.g. Addition-v0")
     return TransformerPolicy(spec.num_actions, spec.obs_shape[0] - 1 - horizon, horizon, sizes[0], len(sizes),
                              sizes[0] // 32)
+
+
+def write_step(cache: Tensor, written: Tensor, position: Tensor) -> None:
+    """Write one step's keys and values ``[C, 2, B, H, 1, h]`` into ``cache`` ``[C, 2, B, H, L, h]`` at the 0-dim
+    ``position``, in place."""
+    cache.index_copy_(4, position.view(1), written)

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from rl_gpu.algos.base import Setup
 from rl_gpu.algos.iteration import Collected, Iteration, MetricLayout
-from rl_gpu.algos.registry import make_algorithm
+from rl_gpu.algos.registry import algorithm_spec, make_algorithm
 from rl_gpu.core.device import resolve_device
 from rl_gpu.core.errors import UsageError
 from rl_gpu.core.seeding import derive_seed
@@ -144,10 +144,10 @@ class Trainer(CheckpointMixin):
         """``global_step`` kept on the device by :meth:`train_one_update` (with a step budget), for the schedules."""
 
     def _compile_mode(self, config: TrainConfig) -> str:
-        """The loop's compile mode on this device. ``auto``: eager with memory (its compiled and captured modes,
-        taken when asked for, are unmeasured on a GPU); Inductor with ``--async``/``--double-buffer`` on CUDA
-        (one CUDA graph cannot be replayed by two threads at once)."""
-        if config.uses_memory and config.compile == "auto":
+        """The loop's compile mode on this device. ``auto``: eager with memory or for an algorithm whose ``auto``
+        is eager (compiled and captured modes, taken when asked for, unmeasured on a GPU); Inductor with
+        ``--async``/``--double-buffer`` on CUDA (one CUDA graph cannot be replayed by two threads at once)."""
+        if config.compile == "auto" and (config.uses_memory or not algorithm_spec(config.algo).compile_auto):
             return "off"
         mode = resolve_compile(ranks.resolve_compile(config.compile, self.device), self.device)
         threaded = config.async_collect or config.double_buffer

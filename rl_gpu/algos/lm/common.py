@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.algos.base import Collected, Setup
+from rl_gpu.algos.lm.decode import Decoder
 from rl_gpu.algos.optim import LearningRateSchedule, load_optimizer_state, make_adam
 from rl_gpu.algos.precision import autocast_dtype
 from rl_gpu.core.errors import UsageError
@@ -93,13 +94,15 @@ class Responses(NamedTuple):
 
 @torch.no_grad()
 def generate(policy: TransformerPolicy, env: Any, generator: torch.Generator | None, temperature: float = 1.0,
-             deterministic: bool = False, group: int = 1) -> Responses:
+             deterministic: bool = False, group: int = 1, decoder: Decoder | None = None) -> Responses:
     """One response per row of ``env`` (every row at the start of its response), stepping the environment one
     token at a time; the policy reads the prompt once and then only each new token (its key-value cache). With
-    ``group`` g the rows come in groups of g with the same prompt (:meth:`TokenEnv.group`), each read once."""
+    ``group`` g the rows come in groups of g with the same prompt (:meth:`TokenEnv.group`), each read once.
+    ``decoder``: the policy's decoding steps as ``--compile`` runs them (default: eager)."""
     p, r = env.prompt_length, env.response_length
+    decoder = decoder or Decoder(policy, "off")
     step = env.observe()
-    logits, cache = policy.start(step.obs[:, :p], group)
+    logits = decoder.start(step.obs[:, :p], group)
     masks, log_probs = [], []
     for t in range(r):
         action, log_prob = D.categorical_act(logits / temperature, step.action_mask, generator, deterministic)
@@ -107,7 +110,7 @@ def generate(policy: TransformerPolicy, env: Any, generator: torch.Generator | N
         log_probs.append(log_prob)
         step = env.step(action)
         if t + 1 < r:
-            logits = policy.next_logits(action, cache, p + t)
+            logits = decoder.next_logits(action, p + t)
     mask = torch.stack(masks, dim=1)
     return Responses(step.final_obs[:, :p + r].long(), mask, mask.sum(-1) > 1, torch.stack(log_probs, dim=1),
                      step.reward.float())

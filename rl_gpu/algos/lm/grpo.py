@@ -25,6 +25,7 @@ from torch import Tensor
 from rl_gpu.algos.base import Collected, Iteration, PhaseTimer, Setup, no_phase
 from rl_gpu.algos.lm.common import LanguageModelAlgorithm, Responses, generate, response_log_probs, response_stats
 from rl_gpu.algos.lm.config import GRPOConfig
+from rl_gpu.algos.lm.decode import Decoder
 from rl_gpu.algos.lm.losses import clipped_token_loss, group_advantages, kl_k3, reduce_tokens
 from rl_gpu.algos.optim import clip_global_grad_norm
 from rl_gpu.core.errors import UsageError
@@ -43,6 +44,7 @@ class GRPO(LanguageModelAlgorithm):
     def __init__(self, setup: Setup, config: GRPOConfig) -> None:
         super().__init__(setup, config.init, reference=True, lora_rank=config.lora_rank,
                          gradient_checkpointing=config.gradient_checkpointing)
+        self.decoder = Decoder(self._policy, setup.compile)
         self.config, self.group_size = config, config.group_size
         if self.env.num_envs % self.group_size:
             raise UsageError(f"--algo grpo answers each prompt --group-size {self.group_size} times: it must divide "
@@ -101,7 +103,7 @@ class GRPO(LanguageModelAlgorithm):
         with phase("collect"):
             self.env.group(self.group_size)
             responses = generate(self._policy, self.env, self.rngs["sample"], self.config.temperature,
-                                 group=self.group_size)
+                                 group=self.group_size, decoder=self.decoder)
         with phase("update"):
             learner = self.update(responses)
         # mixed_groups: the share of groups whose rewards differ (a group of equal rewards teaches nothing).

@@ -20,6 +20,7 @@ from torch import Tensor
 from rl_gpu.algos.base import Collected, Iteration, PhaseTimer, Setup, no_phase
 from rl_gpu.algos.lm.common import LanguageModelAlgorithm, Responses, generate, response_stats
 from rl_gpu.algos.lm.config import RLHFPPOConfig
+from rl_gpu.algos.lm.decode import Decoder
 from rl_gpu.algos.lm.losses import clipped_token_loss, reduce_tokens
 from rl_gpu.algos.optim import clip_global_grad_norm
 from rl_gpu.core.errors import UsageError
@@ -47,6 +48,7 @@ class RLHFPPO(LanguageModelAlgorithm):
     def __init__(self, setup: Setup, config: RLHFPPOConfig) -> None:
         super().__init__(setup, config.init, reference=True, lora_rank=config.lora_rank,
                          gradient_checkpointing=config.gradient_checkpointing)
+        self.decoder = Decoder(self._policy, setup.compile)
         self.config = config
         if self.env.num_envs % config.num_minibatches:
             raise UsageError(f"--algo rlhf_ppo splits --num-envs {self.env.num_envs} responses into --num-minibatches "
@@ -115,7 +117,8 @@ class RLHFPPO(LanguageModelAlgorithm):
 
     def iterate(self, *, phase: PhaseTimer = no_phase) -> Iteration:
         with phase("collect"):
-            responses = generate(self._policy, self.env, self.rngs["sample"], self.config.temperature)
+            responses = generate(self._policy, self.env, self.rngs["sample"], self.config.temperature,
+                                 decoder=self.decoder)
         with phase("update"):
             learner = self.update(responses)
         return Iteration(response_stats(responses), self.lr.clone(), learner)
