@@ -34,19 +34,35 @@ def test_the_static_step_is_the_sliced_step_at_every_position():
             torch.testing.assert_close(static[..., :7 + t, :], sliced[..., :7 + t, :])
 
 
-def test_an_inductor_decoder_generates_what_the_eager_one_does():
+def _decoded_alike(mode: str, device: str = "cpu", calls: int = 1) -> None:
+    """Responses generated with ``mode``'s decoder (``calls`` times: a CUDA graph is replayed from the second)
+    equal the eager decoder's, from the same generator states."""
     torch.manual_seed(0)
     shape = make("Addition-v0?digits=1", num_envs=8, seed=3)
-    policy = TransformerPolicy(shape.vocab.size, shape.prompt_length, shape.response_length, 32, 2, 2).eval()
+    policy = TransformerPolicy(shape.vocab.size, shape.prompt_length, shape.response_length, 32, 2, 2)
+    policy = policy.to(device).eval()
     answers = {}
-    for mode in ("off", "inductor"):
-        env = make("Addition-v0?digits=1", num_envs=8, seed=3)
-        env.group(2)
-        with torch.no_grad():
-            answers[mode] = generate(policy, env, torch.Generator().manual_seed(1), group=2,
-                                     decoder=Decoder(policy, mode))
-    assert torch.equal(answers["inductor"].tokens, answers["off"].tokens)
-    torch.testing.assert_close(answers["inductor"].log_prob, answers["off"].log_prob, atol=1e-5, rtol=1e-5)
+    for name in ("off", mode):
+        env = make("Addition-v0?digits=1", num_envs=8, seed=3, device=device)
+        decoder, generator = Decoder(policy, name), torch.Generator(device=device).manual_seed(1)
+        answers[name] = []
+        for _ in range(calls):
+            env.group(2)
+            with torch.no_grad():
+                answers[name].append(generate(policy, env, generator, group=2, decoder=decoder))
+    for ours, eager in zip(answers[mode], answers["off"], strict=True):
+        assert torch.equal(ours.tokens, eager.tokens)
+        torch.testing.assert_close(ours.log_prob, eager.log_prob, atol=1e-5, rtol=1e-5)
+
+
+def test_an_inductor_decoder_generates_what_the_eager_one_does():
+    _decoded_alike("inductor")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cuda_graph_decoder_generates_what_the_eager_one_does():
+    _decoded_alike("cudagraphs", "cuda", calls=3)
 
 
 def test_what_a_decoder_refuses():
