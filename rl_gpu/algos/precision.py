@@ -8,10 +8,10 @@ stays on the device.
   pass; the gradients are divided by it; a step whose gradients are not finite is skipped (undone on the device)
   and the scale halved; after ``growth_interval`` finite steps in a row the scale doubles. Unlike
   ``torch.amp.GradScaler``, nothing is read back to decide a skip, so the update keeps no host synchronisation.
-- ``auto``: bf16 for a policy with convolutions on a CUDA device that supports it, else fp32. On an H200 bf16 made
-  the MinAtar CNN's update 3.5x faster and a 256x256 MLP's 0.97x (its products too small to gain). On a CPU
-  the gain depends on its instructions: without bf16 arithmetic, bf16 products run many times slower than fp32;
-  with AVX512-BF16 they run faster (``benchmarks/precision.py`` measures both ways); ``auto`` keeps fp32 there.
+- ``auto``: bf16 for a policy with convolutions on a CUDA device that supports it or on a CPU with bf16
+  arithmetic (:func:`cpu_has_bf16`), else fp32: a CNN's products are large enough to gain, a small MLP's are not;
+  a CPU without bf16 instructions emulates them, many times slower than fp32 (``benchmarks/precision.py``
+  measures each path; the figures are in benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -34,7 +34,19 @@ def resolve_precision(precision: str, device: torch.device, policy: torch.nn.Mod
     import torch
 
     convolutional = policy is not None and any(isinstance(m, torch.nn.Conv2d) for m in policy.modules())
-    return "bf16" if convolutional and device.type == "cuda" and torch.cuda.is_bf16_supported() else "fp32"
+    native = torch.cuda.is_bf16_supported() if device.type == "cuda" else device.type == "cpu" and cpu_has_bf16()
+    return "bf16" if convolutional and native else "fp32"
+
+
+def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU computes in bf16 natively (the ``avx512_bf16`` or ``amx_bf16`` flag; False where the flags
+    cannot be read): without it, bf16 products are emulated, many times slower than fp32."""
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:

@@ -70,7 +70,9 @@ def test_the_scale_grows_after_a_run_of_finite_steps():
     assert float(scaler.scale) == 8.0
 
 
-def test_auto_is_fp32_on_the_cpu_and_for_mlps(monkeypatch):
+def test_auto_is_bf16_only_for_convolutions_where_the_device_computes_in_bf16(monkeypatch, tmp_path):
+    from rl_gpu.algos import precision
+
     assert resolve_precision("auto", torch.device("cpu")) == "fp32"
     # On a CUDA device with bf16, auto takes it only for a policy with convolutions (where it was measured to pay).
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
@@ -78,7 +80,16 @@ def test_auto_is_fp32_on_the_cpu_and_for_mlps(monkeypatch):
     cnn = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3), torch.nn.Flatten())
     assert resolve_precision("auto", torch.device("cuda"), mlp) == "fp32"
     assert resolve_precision("auto", torch.device("cuda"), cnn) == "bf16"
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
     assert resolve_precision("auto", torch.device("cpu"), cnn) == "fp32"
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    assert resolve_precision("auto", torch.device("cpu"), cnn) == "bf16"
+    assert resolve_precision("auto", torch.device("cpu"), mlp) == "fp32"
+    monkeypatch.undo()
+    for flags, native in (("fpu avx2 avx512f", False), ("fpu avx512f avx512_bf16", True), ("amx_bf16 amx_tile", True)):
+        (tmp_path / "cpuinfo").write_text(f"processor : 0\nflags : {flags}\n")
+        assert precision.cpu_has_bf16(str(tmp_path / "cpuinfo")) is native
+    assert precision.cpu_has_bf16(str(tmp_path / "missing")) is False
     with pytest.raises(ValueError, match="--precision must be one of"):
         resolve_precision("fp8", torch.device("cpu"))
 
