@@ -10,7 +10,7 @@ while ``terminated``, ``truncated`` and ``episode_length`` stay per world).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 import torch
@@ -165,6 +165,12 @@ class EnvSpec:
     def action_size(self) -> int:
         """D for continuous actions, A for discrete ones."""
         return int(math.prod(self.action_shape)) if self.is_continuous else self.num_actions
+
+    def policy_only(self) -> EnvSpec:
+        """This spec with its ``policy`` observation group alone: what a network that reads no privileged
+        observations (IPPO's critics, a distilled student) is sized from."""
+        return replace(self, obs_groups={"policy": tuple(self.obs_shape)},
+                       obs_dtypes={k: v for k, v in self.obs_dtypes.items() if k == "policy"})
 
 
 class VecEnv(Protocol):

@@ -97,3 +97,14 @@ def test_from_the_command_line_the_student_trains_saves_and_evaluates(tmp_path, 
                              "--max-updates", "1", "--device", "cpu", "--output", tmp_path / "never")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--teacher" in err, err
     assert not (tmp_path / "never").exists()
+
+
+def test_a_student_of_a_task_with_a_critic_group_trains_on_its_own_observation(tmp_path):
+    pytest.importorskip("mujoco")
+    path, _ = _teacher(tmp_path, "Go1-Velocity-v0")  # its critic reads Go1's privileged group
+    mask = ",".join(map(str, range(3, 48)))  # no base linear velocity: what the robot cannot measure
+    algo = _student(path, f"Go1-Velocity-v0?obs_mask={mask}&frame_stack=3", n=4, num_minibatches=2)
+    assert algo.env.spec.critic_obs_size > 0 and algo.policy.critic_obs_dim == 0
+    assert algo.policy.critic[0].in_features == 45 * 3
+    result = algo.iterate()
+    assert torch.isfinite(result["loss"])

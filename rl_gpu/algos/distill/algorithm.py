@@ -105,7 +105,8 @@ class Distill(LearningRateSchedule):
         self.device = self.env.device
         self.num_steps = setup.num_steps or 32
         self.teacher, self.observe_teacher, self.teacher_env_id = teacher_view(config.teacher, self.env)
-        self._policy = policy_for_env(self.env.spec, setup.hidden_sizes, setup.normalize_obs,
+        # The student's value head is never used: it reads the student's own observation, not the critic group.
+        self._policy = policy_for_env(self.env.spec.policy_only(), setup.hidden_sizes, setup.normalize_obs,
                                       setup.init_log_std).to(self.device)
         rows = self.num_steps * self.env.num_envs
         if rows % config.num_minibatches:

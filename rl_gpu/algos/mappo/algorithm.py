@@ -13,8 +13,6 @@ default) the critic learns normalised value targets (:class:`~rl_gpu.nn.normaliz
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 from torch import Tensor
 
@@ -51,8 +49,7 @@ class MAPPO(PPO):
         (IPPO)."""
         if cls.centralised:
             return spec
-        return dataclasses.replace(spec, obs_groups={"policy": tuple(spec.obs_shape)},
-                                   obs_dtypes={k: v for k, v in spec.obs_dtypes.items() if k == "policy"})
+        return spec.policy_only()
 
     @classmethod
     def from_setup(cls, setup: Setup, config: MAPPOConfig) -> MAPPO:
