@@ -39,7 +39,8 @@ class Decoder:
         """cudagraphs: per batch size, the runner and its static token, position and cache."""
 
     def start(self, prompt: Tensor, group: int = 1) -> Tensor:
-        """``[B, V]`` logits of the first response token after one pass over ``prompt`` ``[B / group, P]``."""
+        """``[B, V]`` logits of the first response token after one pass over ``prompt`` ``[B, P]`` (rows in groups
+        of ``group`` sharing a prompt, each prompt read once)."""
         logits, cache = self.policy.start(prompt, group)
         if self.mode != "cudagraphs":
             self.cache = cache
