@@ -35,6 +35,7 @@ from rl_gpu.nn.encoders import leading_dims, make_encoder
 from rl_gpu.nn.heads import make_head
 from rl_gpu.nn.layers import layer_init
 from rl_gpu.nn.normalization import RunningMeanStd, to_float
+from rl_gpu.nn.pieces import Pieces, first_states, from_packed, split_pieces, to_packed
 
 
 class ComposedActorCritic(nn.Module):
@@ -219,12 +220,18 @@ class ComposedActorCritic(nn.Module):
         # The encoders and the heads see every step at once ([T, n] leading dimensions); only the memory, whose
         # input at t is its own output at t - 1, runs step by step (compiling the T unrolled steps as one graph
         # took minutes: a compiled update compiles the one step instead).
-        step = self.sequence_step if step is None else step
         if self.critic_obs_dim and critic_obs is None:
             raise ValueError(f"this policy's critic reads {self.critic_obs_dim} privileged observations (the "
                              "environment's critic group): pass critic_obs")
         a_in, c_in = self._encode(self.preprocess(obs), critic_obs)
         initial = self.initial_state(obs.shape[1])
+        # Eager on the CPU (where reading the pieces' lengths costs no device synchronisation), not turn-based, not
+        # under autocast: the memory runs over the packed episode pieces, one recurrent layer call per branch with
+        # the same cells' weights (a C++ loop instead of T Python steps).
+        if step is None and hold is None and obs.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
+            a, c = self._replay_pieces(a_in, c_in, state0, starts[0], initial, split_pieces(starts))
+            return (*self.head.log_prob_entropy(a, action, action_mask), self.value_layer(c).squeeze(-1))
+        step = self.sequence_step if step is None else step
         state, a_out, c_out = state0, [], []
         for t in range(obs.shape[0]):
             held = () if hold is None else (hold[t],)
@@ -233,6 +240,24 @@ class ComposedActorCritic(nn.Module):
             c_out.append(c)
         a, c = torch.stack(a_out), torch.stack(c_out)
         return (*self.head.log_prob_entropy(a, action, action_mask), self.value_layer(c).squeeze(-1))
+
+    def _replay_pieces(self, a_in: Tensor, c_in: Tensor, state0: Tensor, starts0: Tensor, initial: Tensor,
+                       pieces: Pieces) -> tuple[Tensor, Tensor]:
+        """The actor's and the critic's memory outputs (``[T, N, H]`` each) for encoder outputs ``[T, N, F]``: each
+        branch's cell run by ``torch.lstm`` / ``torch.gru`` over the packed episode pieces (:mod:`rl_gpu.nn.pieces`)."""
+        h0 = first_states(state0, initial, starts0, pieces)  # [E, 2, S]
+        outs = []
+        for branch, (cell, x) in enumerate(((self.actor_memory, a_in), (self.critic_memory, c_in))):
+            weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
+            packed, h = to_packed(x, pieces), h0[:, branch]
+            if self.lstm:
+                hidden = tuple(part[None].contiguous() for part in h.chunk(2, dim=-1))
+                y = torch.lstm(packed, pieces.batch_sizes, hidden, weights, True, 1, 0.0, self.training, False)[0]
+            else:
+                y = torch.gru(packed, pieces.batch_sizes, h[None].contiguous(), weights, True, 1, 0.0, self.training,
+                              False)[0]
+            outs.append(from_packed(y, pieces))
+        return outs[0], outs[1]
 
     # --- checkpoints and export ---------------------------------------------------------------------------
 
