@@ -35,7 +35,7 @@ from rl_gpu.nn.encoders import leading_dims, make_encoder
 from rl_gpu.nn.heads import make_head
 from rl_gpu.nn.layers import layer_init
 from rl_gpu.nn.normalization import RunningMeanStd, to_float
-from rl_gpu.nn.pieces import Pieces, first_states, from_packed, split_pieces, to_packed
+from rl_gpu.nn.pieces import Pieces, first_states, run_pieces, split_pieces
 
 
 class ComposedActorCritic(nn.Module):
@@ -225,10 +225,12 @@ class ComposedActorCritic(nn.Module):
                              "environment's critic group): pass critic_obs")
         a_in, c_in = self._encode(self.preprocess(obs), critic_obs)
         initial = self.initial_state(obs.shape[1])
-        # Eager on the CPU (where reading the pieces' lengths costs no device synchronisation), not turn-based, not
-        # under autocast: the memory runs over the packed episode pieces, one recurrent layer call per branch with
-        # the same cells' weights (a C++ loop instead of T Python steps).
-        if step is None and hold is None and obs.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
+        # An LSTM, eager on the CPU (where reading the pieces' lengths costs no device synchronisation), not
+        # turn-based, not under autocast: the memory runs over whole episode pieces, one oneDNN LSTM layer call per
+        # length bucket and branch with the cells' own weights, instead of T Python steps. (A GRU layer on the CPU
+        # has no fused kernel: its loop is barely faster than this one, and buckets add steps.)
+        if self.lstm and step is None and hold is None and obs.device.type == "cpu" \
+                and not torch.is_autocast_enabled("cpu"):
             a, c = self._replay_pieces(a_in, c_in, state0, starts[0], initial, split_pieces(starts))
             return (*self.head.log_prob_entropy(a, action, action_mask), self.value_layer(c).squeeze(-1))
         step = self.sequence_step if step is None else step
@@ -243,20 +245,18 @@ class ComposedActorCritic(nn.Module):
 
     def _replay_pieces(self, a_in: Tensor, c_in: Tensor, state0: Tensor, starts0: Tensor, initial: Tensor,
                        pieces: Pieces) -> tuple[Tensor, Tensor]:
-        """The actor's and the critic's memory outputs (``[T, N, H]`` each) for encoder outputs ``[T, N, F]``: each
-        branch's cell run by ``torch.lstm`` / ``torch.gru`` over the packed episode pieces (:mod:`rl_gpu.nn.pieces`)."""
-        h0 = first_states(state0, initial, starts0, pieces)  # [E, 2, S]
+        """The actor's and the critic's LSTM outputs (``[T, N, H]`` each) for encoder outputs ``[T, N, F]``, each
+        branch's cell run by ``torch.lstm`` over the episode pieces (:mod:`rl_gpu.nn.pieces`)."""
+        h0 = first_states(state0, initial, starts0, pieces)  # [E, 2, 2H]
         outs = []
         for branch, (cell, x) in enumerate(((self.actor_memory, a_in), (self.critic_memory, c_in))):
             weights = [cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh]
-            packed, h = to_packed(x, pieces), h0[:, branch]
-            if self.lstm:
+
+            def layer(seq: Tensor, h: Tensor, weights=weights) -> Tensor:
                 hidden = tuple(part[None].contiguous() for part in h.chunk(2, dim=-1))
-                y = torch.lstm(packed, pieces.batch_sizes, hidden, weights, True, 1, 0.0, self.training, False)[0]
-            else:
-                y = torch.gru(packed, pieces.batch_sizes, h[None].contiguous(), weights, True, 1, 0.0, self.training,
-                              False)[0]
-            outs.append(from_packed(y, pieces))
+                return torch.lstm(seq, hidden, weights, True, 1, 0.0, self.training, False, False)[0]
+
+            outs.append(run_pieces(layer, x, h0[:, branch], pieces))
         return outs[0], outs[1]
 
     # --- checkpoints and export ---------------------------------------------------------------------------

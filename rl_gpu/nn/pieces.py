@@ -1,17 +1,20 @@
-"""A rollout's ``[T, N]`` steps cut into episode pieces and packed, so that a recurrent layer runs over each piece
-whole.
+"""A rollout's ``[T, N]`` steps cut into episode pieces and laid out for a recurrent layer that runs over whole
+sequences.
 
-A memory cell replayed step by step in Python costs a few small kernels and their autograd records per step; the
-same cell run by ``torch.lstm`` / ``torch.gru`` over a packed sequence loops in C++. Such a layer cannot reset its
-state inside a sequence, so each column of the rollout is cut where an episode starts: a piece is a run of steps of
-one column that begins at step 0 (from the column's recorded state) or at an episode's start (from the initial
-state), and ends before the column's next start. The pieces, longest first, are packed as PyTorch's
-``PackedSequence`` packs them: time step l of the layer holds the ``batch_sizes[l]`` pieces longer than l, so the
-layer does exactly the rollout's T * N steps, whatever the pieces' lengths, in L (the longest piece) iterations.
+A memory cell replayed step by step in Python costs a few small kernels and their autograd records per step; an
+LSTM layer (``torch.lstm``, oneDNN's fused RNN on the CPU) runs a whole ``[L, E, F]`` sequence in one call, forward
+and backward. Such a layer cannot reset its state inside a sequence, so each column of the rollout is cut where an
+episode starts: a piece is a run of steps of one column that begins at step 0 (from the column's recorded state)
+or at an episode's start (from the initial state), and ends before the column's next start.
 
-    rollout [T, N]  --(index)-->  packed [T * N]  (L blocks, block l: step l of the pieces longer than l)
+The layer's cost grows with ``L * E``, so pieces are not all padded to the longest one: they are grouped by length
+into buckets (lengths in ``(2^(k-1), 2^k]``), each bucket padded to its own longest piece, which keeps the padded
+steps under twice the real ones. Padding only ever follows a piece's last step, so it changes no real output.
 
-Shapes: T steps, N columns, E pieces, L the longest piece, F features, S a state.
+    rollout [T, N]  ->  bucket k: [L_k, E_k] (steps[i] of the flat rollout at (time[i], lane[i]))
+    outputs: the buckets' real steps concatenated, then put back in rollout order by ``order``
+
+Shapes: T steps, N columns, E pieces, L_k / E_k a bucket's longest piece and piece count, F features, S a state.
 """
 
 from __future__ import annotations
@@ -22,61 +25,75 @@ import torch
 from torch import Tensor
 
 
-class Pieces(NamedTuple):
-    """Where each ``[T, N]`` step lies in the packed layout (see the module docstring)."""
+class Bucket(NamedTuple):
+    """The pieces of one length class, padded to ``length``."""
 
-    index: Tensor
-    """``[T, N]`` int64: the step's row in the packed ``[T * N]`` layout (a permutation)."""
-    batch_sizes: Tensor
-    """``[L]`` int64 on the CPU: how many pieces are longer than l (PyTorch's packed-sequence convention)."""
+    steps: Tensor
+    """``[K]`` int64: the flat (``t * N + n``) rollout steps in this bucket."""
+    time: Tensor
+    """``[K]`` int64: each step's position in its piece (its row in the padded layout)."""
+    lane: Tensor
+    """``[K]`` int64: its piece's column in the bucket's layout."""
+    pieces: Tensor
+    """``[E_k]`` int64: the pieces (numbered as in :class:`Pieces`) in the bucket's columns."""
+    length: int
+    """L_k."""
+
+
+class Pieces(NamedTuple):
+    """Episode pieces of a rollout (see the module docstring)."""
+
+    buckets: tuple[Bucket, ...]
+    order: Tensor
+    """``[T * N]`` int64: where each flat step's output is in the buckets' concatenated outputs."""
     first: Tensor
-    """``[N]`` int64: where each column's first piece (the one beginning at step 0) is in the packed order."""
+    """``[N]`` int64: each column's first piece (the one beginning at step 0)."""
     count: int
-    """E."""
+    """E; pieces are numbered column by column, in time order."""
 
 
 def split_pieces(starts: Tensor) -> Pieces:
-    """The packed pieces of a rollout whose episodes start where ``starts`` (``[T, N]`` bool) is true. Reads the
-    pieces' lengths from the device (a host synchronisation)."""
+    """The pieces of a rollout whose episodes start where ``starts`` (``[T, N]`` bool) is true, in length buckets.
+    Reads the pieces' lengths on the host (meant for CPU tensors, where that costs no device synchronisation)."""
     if starts.dim() != 2 or starts.dtype != torch.bool or starts.numel() == 0:
         raise ValueError(f"starts must be a non-empty [T, N] bool tensor, got {tuple(starts.shape)} {starts.dtype}")
     steps, columns = starts.shape
     new = starts.t().clone()  # [N, T]: a piece begins at step 0 and wherever an episode starts
     new[:, 0] = True
-    piece = torch.cumsum(new.reshape(-1).long(), 0).reshape(columns, steps) - 1  # numbered column by column
+    piece = torch.cumsum(new.reshape(-1).long(), 0).reshape(columns, steps) - 1
     t = torch.arange(steps, device=starts.device).expand(columns, steps)
     # Each step's position in its piece: the steps since the latest start at or before it (a running maximum).
-    time = t - torch.cummax(torch.where(new, t, torch.zeros_like(t)), dim=1).values
-    lengths = torch.bincount(piece.reshape(-1))
-    order = torch.sort(lengths, descending=True, stable=True).indices  # packed position -> piece
-    rank = torch.empty_like(order)
-    rank[order] = torch.arange(order.numel(), device=order.device)
-    lengths_host = lengths.cpu()
-    longest = int(lengths_host.max())
-    # batch_sizes[l] = #pieces with length > l: a reverse cumulative count of the lengths.
-    batch_sizes = torch.bincount(lengths_host, minlength=longest + 1).flip(0).cumsum(0).flip(0)[1:]
-    offset = (batch_sizes.cumsum(0) - batch_sizes).to(starts.device)
-    index = offset[time] + rank[piece]
-    return Pieces(index.t(), batch_sizes, rank[piece[:, 0]], order.numel())
-
-
-def to_packed(x: Tensor, pieces: Pieces) -> Tensor:
-    """``[T, N, *F]`` -> ``[T * N, *F]`` in the packed order (differentiable)."""
-    flat = x.reshape(-1, *x.shape[2:])
-    inverse = torch.empty_like(pieces.index.reshape(-1))
-    inverse[pieces.index.reshape(-1)] = torch.arange(flat.shape[0], device=flat.device)
-    return flat[inverse]
-
-
-def from_packed(y: Tensor, pieces: Pieces) -> Tensor:
-    """``[T * N, *F]`` in the packed order -> ``[T, N, *F]``: the inverse of :func:`to_packed`."""
-    return y[pieces.index]
+    time = (t - torch.cummax(torch.where(new, t, torch.zeros_like(t)), dim=1).values).t().reshape(-1)
+    first, piece = piece[:, 0], piece.t().reshape(-1)  # flat in rollout order, t * N + n
+    lengths = torch.bincount(piece)
+    size_class = torch.ceil(torch.log2(lengths.double())).long()  # lengths in (2^(k-1), 2^k] share class k
+    lane_of = torch.empty_like(lengths)
+    buckets, step_class = [], size_class[piece]
+    for k in torch.unique(size_class).tolist():
+        members = torch.nonzero(size_class == k).squeeze(1)
+        lane_of[members] = torch.arange(members.numel(), device=members.device)
+        at = torch.nonzero(step_class == k).squeeze(1)
+        buckets.append(Bucket(at, time[at], lane_of[piece[at]], members, int(lengths[members].max())))
+    order = torch.empty_like(piece)
+    order[torch.cat([b.steps for b in buckets])] = torch.arange(piece.numel(), device=piece.device)
+    return Pieces(tuple(buckets), order, first, lengths.numel())
 
 
 def first_states(state0: Tensor, initial: Tensor, starts0: Tensor, pieces: Pieces) -> Tensor:
-    """``[E, *S]`` in the packed order: every piece's state before its first step; ``initial`` (``[N, *S]``, the
-    same in every row) for pieces that begin an episode, ``state0`` (``[N, *S]``) for a column's first piece
-    unless ``starts0`` (``[N]`` bool) says an episode began there too."""
+    """``[E, *S]``: every piece's state before its first step; ``initial`` (``[N, *S]``, the same in every row)
+    for pieces that begin an episode, ``state0`` (``[N, *S]``) for a column's first piece unless ``starts0``
+    (``[N]`` bool) says an episode began there too."""
     out = initial[:1].expand(pieces.count, *initial.shape[1:]).clone()
     out[pieces.first] = torch.where(starts0.view(-1, *([1] * (state0.dim() - 1))), initial, state0)
     return out
+
+
+def run_pieces(layer, x: Tensor, h0: Tensor, pieces: Pieces) -> Tensor:
+    """``[T, N, H]``: ``layer(padded [L_k, E_k, F], h0 [E_k, S]) -> [L_k, E_k, H]`` run over every bucket of the
+    rollout's inputs ``x`` (``[T, N, F]``) from the pieces' first states ``h0`` (``[E, S]``); differentiable."""
+    flat = x.reshape(-1, x.shape[-1])
+    outs = []
+    for b in pieces.buckets:
+        padded = flat.new_zeros(b.length, b.pieces.numel(), flat.shape[-1]).index_put((b.time, b.lane), flat[b.steps])
+        outs.append(layer(padded, h0[b.pieces])[b.time, b.lane])
+    return torch.cat(outs)[pieces.order].reshape(*x.shape[:2], -1)
