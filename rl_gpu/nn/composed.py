@@ -228,7 +228,7 @@ class ComposedActorCritic(nn.Module):
         # An LSTM, eager on the CPU (where reading the pieces' lengths costs no device synchronisation), not
         # turn-based, not under autocast: the memory runs over whole episode pieces, one oneDNN LSTM layer call per
         # length bucket and branch with the cells' own weights, instead of T Python steps. (A GRU layer on the CPU
-        # has no fused kernel: its loop is barely faster than this one, and buckets add steps.)
+        # has no fused kernel: it beats this loop by little, and buckets add steps.)
         if self.lstm and step is None and hold is None and obs.device.type == "cpu" \
                 and not torch.is_autocast_enabled("cpu"):
             a, c = self._replay_pieces(a_in, c_in, state0, starts[0], initial, split_pieces(starts))
