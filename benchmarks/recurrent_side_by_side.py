@@ -49,8 +49,8 @@ TASKS = {
     "PendulumNoVel-v1": {
         "threshold": -200.0, "gym_id": "Pendulum-v1", "keep": [0, 1], "normalize": False,
         "zoo": {"n_envs": 4, "n_steps": 1024, "batch_size": 128, "gae_lambda": 0.95, "gamma": 0.9, "n_epochs": 10,
-                "ent_coef": 0.0, "learning_rate": 0.001, "clip_range": 0.2, "linear": False, "use_sde": True,
-                "sde_sample_freq": 4}},
+                "ent_coef": 0.0, "learning_rate": 0.001, "clip_range": 0.2, "linear": False,
+                "sde": {"use_sde": True, "sde_sample_freq": 4}}},
 }
 WIDTH = 64  # both libraries' LSTM and layer width
 
@@ -135,11 +135,10 @@ def worker_sb3(env_id: str, seed: int, eval_every: int, budget: int) -> dict:
     def schedule(initial):
         return (lambda progress_remaining: progress_remaining * initial) if z["linear"] else initial
 
-    sde = {"use_sde": True, "sde_sample_freq": z["sde_sample_freq"]} if z.get("use_sde") else {}
     model = RecurrentPPO(
         "MlpLstmPolicy", env, n_steps=z["n_steps"], batch_size=z["batch_size"], gae_lambda=z["gae_lambda"],
         gamma=z["gamma"], n_epochs=z["n_epochs"], ent_coef=z["ent_coef"], learning_rate=schedule(z["learning_rate"]),
-        clip_range=schedule(z["clip_range"]), seed=seed, device="cpu", verbose=0, **sde,
+        clip_range=schedule(z["clip_range"]), seed=seed, device="cpu", verbose=0, **z.get("sde", {}),
         policy_kwargs=dict(ortho_init=False, activation_fn=torch.nn.ReLU, lstm_hidden_size=WIDTH,
                            enable_critic_lstm=True, net_arch=dict(pi=[WIDTH], vf=[WIDTH])))
 
@@ -181,6 +180,11 @@ def main() -> int:
     parser.add_argument("--worker", choices=["rl_gpu", "sb3_contrib"], help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    for flag in ("eval_every", "budget", "sb3_budget"):
+        if getattr(args, flag) <= 0:
+            parser.error(f"--{flag.replace('_', '-')} must be a positive number of steps, got {getattr(args, flag)}")
+    if args.output is not None and (args.output.is_symlink() or (args.output.exists() and not args.output.is_file())):
+        parser.error(f"--output must be a regular file's path (it is overwritten), got {args.output}")
     if args.worker:
         work = worker_rl_gpu if args.worker == "rl_gpu" else worker_sb3
         print(json.dumps(work(args.env, args.seed, args.eval_every, args.budget)))
