@@ -9,8 +9,9 @@
 #   B. timings, one stage at a time on a quiet GPU: rl-gpu bench on CartPole-v1 at N=65536 (eager vs Inductor vs
 #      CUDA graphs: env-only, env + inference, full training); SAC and TD3 iterations at N=4096
 #      (gpu_check_offpolicy.py); the policy layer (CNN on MinAtar frames in three modes, the host collector's
-#      compiled policy half: gpu_check_policies.py; PPO with a GRU eager vs graph-captured: its memory stage); bf16 and fp16 against fp32 for PPO's update
-#      (precision.py at 4096 envs); MAPPO on vmas:navigation at N=32768 worlds, eager, compiled and with the
+#      compiled policy half: gpu_check_policies.py; PPO with a GRU and with an LSTM, eager vs graph-captured: its memory
+#      stage); bf16 and fp16 against fp32 for PPO's update
+#      (precision.py at 4096 envs); MAPPO on vmas:navigation at N=65536 worlds, eager, compiled and with the
 #      world critic (gpu_check_mappo.py; skipped
 #      without VMAS); GRPO's generation tokens/s, update time and peak memory for a 256x6 transformer at 4096 rows
 #      (llm/grpo_throughput.py) and its decoding step eager, compiled and as a CUDA graph (llm/decode_compile.py); ten CartPole variants in one batch against one task
@@ -53,23 +54,23 @@ stage train_cudagraphs 50 "$PY" -m rl_gpu train --env CartPole-v1 --compile cuda
     --num-steps 16 --total-timesteps 524288 --eval-every 4 --output "$OUT/train" "${TRAIN[@]}"
 stage train_appo_async 40 "$PY" -m rl_gpu train --env CartPole-v1 --algo appo --async --num-envs 4096 \
     --num-steps 16 --total-timesteps 524288 --eval-every 4 --output "$OUT/train_appo" "${TRAIN[@]}"
-stage train_sac_cudagraphs 35 "$PY" -m rl_gpu train --algo sac --env Pendulum-v1 --compile cudagraphs \
+stage train_sac_cudagraphs 50 "$PY" -m rl_gpu train --algo sac --env Pendulum-v1 --compile cudagraphs \
     --num-envs 1024 --num-steps 2 --learning-starts 2048 --batch-size 4096 --total-timesteps 24576 \
     --eval-every 6 --output "$OUT/train_sac" "${TRAIN[@]}"
 wait "$tests"
 
 # Phase B: timings, one at a time.
-stage bench_cartpole 55 "$PY" -m rl_gpu bench --env CartPole-v1 --device cuda --num-envs 65536 \
-    --compile off inductor cudagraphs --repeats 3 --output "$OUT/bench_cartpole.json"
-stage offpolicy 45 "$PY" benchmarks/gpu_check_offpolicy.py --num-envs 4096 --iterations 10 --repeats 3 \
+stage bench_cartpole 75 "$PY" -m rl_gpu bench --env CartPole-v1 --device cuda --num-envs 65536 \
+    --compile off inductor cudagraphs --repeats 2 --output "$OUT/bench_cartpole.json"
+stage offpolicy 55 "$PY" benchmarks/gpu_check_offpolicy.py --num-envs 4096 --iterations 8 --repeats 2 \
     --output "$OUT/offpolicy.json"
 stage policies 90 "$PY" benchmarks/gpu_check_policies.py --device cuda --calls 2 --rounds 2 \
     --rows cnn breakout breakout-bf16 breakout-fp16 host --output "$OUT/policies.json"
-stage memory 35 "$PY" benchmarks/gpu_check_policies.py --device cuda --calls 2 --rounds 2 --rows gru \
+stage memory 60 "$PY" benchmarks/gpu_check_policies.py --device cuda --calls 2 --rounds 2 --rows gru lstm \
     --output "$OUT/memory.json"
 stage precision 20 "$PY" benchmarks/precision.py --device cuda --num-envs 4096 --rounds 3 --precisions bf16 fp16
 if "$PY" -c "import vmas" 2>/dev/null; then
-    stage mappo_vmas 65 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 32768 --num-steps 32 \
+    stage mappo_vmas 90 "$PY" benchmarks/gpu_check_mappo.py --device cuda --num-envs 65536 --num-steps 32 \
         --iterations 2 --rounds 2 --output "$OUT/mappo_vmas.json"
 fi
 stage multitask 15 "$PY" benchmarks/multitask_throughput.py --device cuda --num-envs 65536 --tasks 10 --rounds 3

@@ -8,9 +8,9 @@ Rows: ``cnn``: PPO on a 10x10x4 bool-frame task (``rl_gpu.envs.testing.frames``:
 size) with the composed policy's CNN, eager / inductor / cudagraphs (CUDA only); ``breakout``: the same on
 MinAtar-Breakout-v1 (the real game, bool frames), and ``breakout-bf16`` / ``breakout-fp16`` with ``--precision``
 (compare their steps/s with ``breakout``'s); ``gru``: PPO with ``memory_size=64`` on CartPoleNoVel-v1, eager
-against the compiled mode (CUDA graphs on CUDA: the whole iteration captured, the memory's step compiled);
-``host``: PPO's collection of ``gym:CartPole-v1`` (Gymnasium on the host, the policy on the device), eager against
-the compiled policy half. ``--rows`` picks some rows (gpu_check.sh times ``gru`` in a stage of its own). One table
+against the compiled mode (CUDA graphs on CUDA: the whole iteration captured, the memory's step compiled), and
+``lstm`` the same with an LSTM; ``host``: PPO's collection of ``gym:CartPole-v1`` (Gymnasium on the host, the policy on the device), eager against
+the compiled policy half. ``--rows`` picks some rows (gpu_check.sh times ``gru`` and ``lstm`` in a stage of their own). One table
 at the end; figures are env steps/s.
 """
 
@@ -63,10 +63,10 @@ def builders(args: argparse.Namespace, device: torch.device) -> dict[str, tuple]
         return PPO(policy, PPOConfig(num_minibatches=4, update_epochs=2), 5e-4, 0, mode, env=env, num_steps=t,
                    precision=precision).iterate
 
-    def gru(mode):
+    def gru(mode, lstm=False):
         env = make("CartPoleNoVel-v1", num_envs=n, device=device, seed=0)
         torch.manual_seed(0)
-        policy = policy_for_env(env.spec, (64,), memory_size=64).to(device)
+        policy = policy_for_env(env.spec, (64,), memory_size=64, lstm=lstm).to(device)
         return PPO(policy, PPOConfig(num_minibatches=4, update_epochs=2), 1e-3, 0, mode, env=env,
                    num_steps=t).iterate
 
@@ -80,7 +80,7 @@ def builders(args: argparse.Namespace, device: torch.device) -> dict[str, tuple]
     return {"cnn": (cnn, n * t, compiled), "breakout": (breakout, n * t, fast),
             "breakout-bf16": (lambda mode: breakout(mode, "bf16"), n * t, fast),
             "breakout-fp16": (lambda mode: breakout(mode, "fp16"), n * t, fast),
-            "gru": (gru, n * t, fast),
+            "gru": (gru, n * t, fast), "lstm": (lambda mode: gru(mode, lstm=True), n * t, fast),
             "host": (host, args.host_envs * t, ("off", compiled[-1]))}
 
 

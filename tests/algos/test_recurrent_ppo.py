@@ -233,9 +233,9 @@ def test_the_rollout_engine_collects_memory_as_the_reference_collector_does(env_
             assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
-def _compiled_matches_eager(device: str, mode: str) -> None:
+def _compiled_matches_eager(device: str, mode: str, lstm: bool = False) -> None:
     config = PPOConfig(num_minibatches=2, update_epochs=2)
-    runs = [PPO(_policy(8).to(device), config, 1e-3, seed=3, env=RecallEnv(4, seed=1, device=device), num_steps=6,
+    runs = [PPO(_policy(8, lstm=lstm).to(device), config, 1e-3, seed=3, env=RecallEnv(4, seed=1, device=device), num_steps=6,
                 compile=m) for m in ("off", mode)]
     for algo in runs:
         for _ in range(3):
@@ -246,6 +246,22 @@ def _compiled_matches_eager(device: str, mode: str) -> None:
         assert torch.allclose(x, y, atol=1e-5)
 
 
+def test_the_graphed_iterations_body_trains_memory_as_eager_does(monkeypatch):
+    # What --compile cudagraphs captures (rollout with the state carried, sequence replay, update in one body),
+    # run here without the capture: its minibatches are columns as in the eager update.
+    config = PPOConfig(num_minibatches=2, update_epochs=2)
+    eager, fused = (PPO(_policy(8, lstm=True), config, 1e-3, seed=3, env=RecallEnv(4, seed=1), num_steps=6)
+                    for _ in range(2))
+    monkeypatch.setattr(fused, "_graphed", lambda: True)
+    monkeypatch.setattr(fused, "_graph", lambda key, fn: fn)
+    for algo in (eager, fused):
+        for _ in range(3):
+            algo.iterate()
+    assert torch.equal(eager.last_rollout.policy_state, fused.last_rollout.policy_state)
+    for x, y in zip(eager.policy.parameters(), fused.policy.parameters()):
+        assert torch.equal(x, y)
+
+
 @pytest.mark.slow  # compiles the collection's step and the memory's step (20 s on 2 cores)
 def test_inductor_trains_memory_as_eager_does():
     _compiled_matches_eager("cpu", "inductor")
@@ -253,9 +269,10 @@ def test_inductor_trains_memory_as_eager_does():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_graph_capture_trains_memory_as_eager_does():
+@pytest.mark.parametrize("lstm", [False, True], ids=["gru", "lstm"])
+def test_graph_capture_trains_memory_as_eager_does(lstm):
     # the whole iteration (rollout with the state carried, sequence replay, update) replayed as one CUDA graph
-    _compiled_matches_eager("cuda", "cudagraphs")
+    _compiled_matches_eager("cuda", "cudagraphs", lstm)
 
 
 def test_what_it_cannot_train_yet_is_refused():

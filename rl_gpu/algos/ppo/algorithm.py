@@ -381,10 +381,11 @@ class PPO(LearningRateSchedule):
                 metrics = self.update(rollout)
         else:
             engine = self.engine(env, num_steps, episodic)
-            check_minibatches(num_steps * env.num_envs, self.config)
+            units = env.num_envs if self.recurrent else num_steps * env.num_envs  # as in update()
+            check_minibatches(units, self.config)
             self.units.max_steps = self._fresh_steps()
             noise = engine.draw(self.policy_rng, opponent_rng)
-            permutations = self._permutations(num_steps * env.num_envs)
+            permutations = self._permutations(units)
 
             def body(noise: RolloutNoise, permutations: Tensor, state, memory) -> tuple[Rollout, UpdateMetrics,
                                                                                            object]:
