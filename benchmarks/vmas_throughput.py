@@ -7,6 +7,10 @@ common horizon) and ``reset_at(i)`` otherwise, as its own loops do; the adapter 
 group, episode statistics and the stream swap. Prints worlds stepped per second and the ratio per round.
 
     OMP_NUM_THREADS=1 python benchmarks/vmas_throughput.py --scenario navigation --num-envs 4096 --steps 200
+    OMP_NUM_THREADS=1 python benchmarks/vmas_throughput.py --scenario "sampling?n_agents=3&cov=0.05" --num-envs 128
+
+``--scenario`` takes a ``vmas:`` id's text, its parameters included (those of benchmarks/marl_side_by_side.py's
+tasks: the env's own cost under a side by side's MAPPO, the floor of its time).
 """
 
 from __future__ import annotations
@@ -48,14 +52,17 @@ def run_adapter(scenario: str, n: int, steps: int, actions: list, kwargs: dict) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", default="navigation")
+    parser.add_argument("--scenario", default="navigation", help="a scenario, with ?name=value&... parameters")
     parser.add_argument("--num-envs", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--n-agents", type=int, default=3)
+    parser.add_argument("--n-agents", type=int, default=3, help="unless the scenario's parameters give n_agents")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    kwargs = {"n_agents": args.n_agents}
+    from rl_gpu.envs.params import split_id_parameters
+
+    args.scenario, params = split_id_parameters("vmas:", args.scenario)
+    kwargs = {"n_agents": args.n_agents, **params}
     g = torch.Generator().manual_seed(0)
     from rl_gpu.envs.vmas_env import VmasEnv
 

@@ -107,6 +107,30 @@ def test_results_do_not_depend_on_the_thread_count_or_the_batch():
     assert torch.equal(one.state.inner.physics, two.state.inner.physics)
 
 
+@pytest.mark.parametrize("task", ["Ant-v5", "Humanoid-v5"])
+def test_the_replay_without_resets_between_rows_reads_what_a_reset_scratch_reads(task):
+    # The step's replay of the last substep (contact forces, Humanoid's cvel and inertias) skips mj_resetData
+    # between rows with one model: bit for bit what a scratch reset before each row gives, contacts included.
+    import numpy as np
+
+    from rl_gpu.envs.registry import make
+
+    env = make(task, num_envs=16, device="cpu", seed=3, num_threads=1)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(15):
+        env.step(torch.rand(16, env.spec.action_shape[0], generator=gen) * 2 - 1)
+    engine, inner = env.engine, env.state.inner
+    physics = inner.physics.numpy()
+    ctrl = (torch.rand(16, env.spec.action_shape[0], generator=gen) * 2 - 1).double().numpy()
+    models = engine.row_models(inner.variant)
+    assert engine.reuse_scratch
+    reused = engine.forward_fields(models, physics, ctrl, substep=True)
+    engine.reuse_scratch = False
+    reset = engine.forward_fields(models, physics, ctrl, substep=True)
+    assert np.array_equal(reused, reset)
+    assert np.abs(reset[:, engine.nsensordata:]).max() > 0  # contact forces are read
+
+
 def test_reward_terms_sum_to_the_episode_return():
     env = HalfCheetahEnv(3, seed=0, num_threads=1)
     env.max_episode_steps = 40
