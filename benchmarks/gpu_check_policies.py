@@ -9,9 +9,9 @@ size) with the composed policy's CNN, eager / inductor / cudagraphs (CUDA only);
 MinAtar-Breakout-v1 (the real game, bool frames), and ``breakout-bf16`` / ``breakout-fp16`` with ``--precision``
 (compare their steps/s with ``breakout``'s); ``gru``: PPO with ``memory_size=64`` on CartPoleNoVel-v1, eager
 against the compiled mode (CUDA graphs on CUDA: the whole iteration captured, the memory's step compiled), and
-``lstm`` the same with an LSTM; ``host``: PPO's collection of ``gym:CartPole-v1`` (Gymnasium on the host, the policy on the device), eager against
-the compiled policy half. ``--rows`` picks some rows (gpu_check.sh times ``gru`` and ``lstm`` in a stage of their own). One table
-at the end; figures are env steps/s.
+``lstm`` the same with an LSTM; ``host``: PPO's collection of ``gym:CartPole-v1`` (Gymnasium on the host, the
+policy on the device), eager against the compiled policy half. ``--rows`` picks some rows (gpu_check.sh times
+``gru`` and ``lstm`` in a stage of their own). One table at the end; figures are env steps/s.
 """
 
 from __future__ import annotations

@@ -59,14 +59,21 @@ def main() -> None:
     parser.add_argument("--n-agents", type=int, default=3, help="unless the scenario's parameters give n_agents")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    from rl_gpu.core.errors import UsageError
     from rl_gpu.envs.params import split_id_parameters
 
-    args.scenario, params = split_id_parameters("vmas:", args.scenario)
+    try:
+        args.scenario, params = split_id_parameters("vmas:", args.scenario)
+    except UsageError as e:
+        parser.error(str(e))
     kwargs = {"n_agents": args.n_agents, **params}
     g = torch.Generator().manual_seed(0)
     from rl_gpu.envs.vmas_env import VmasEnv
 
-    probe = VmasEnv(args.scenario, 2, seed=0, **kwargs)
+    try:
+        probe = VmasEnv(args.scenario, 2, seed=0, **kwargs)
+    except UsageError as e:
+        parser.error(str(e))
     m, d = probe.num_agents, probe.action_shape[0]
     actions = [torch.rand(args.num_envs, m, d, generator=g) * 2 - 1 for _ in range(args.steps)]
     print(f"{args.scenario}, N={args.num_envs} worlds x {m} agents, {args.steps} steps per round, 1 thread "

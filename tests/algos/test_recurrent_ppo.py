@@ -235,8 +235,8 @@ def test_the_rollout_engine_collects_memory_as_the_reference_collector_does(env_
 
 def _compiled_matches_eager(device: str, mode: str, lstm: bool = False) -> None:
     config = PPOConfig(num_minibatches=2, update_epochs=2)
-    runs = [PPO(_policy(8, lstm=lstm).to(device), config, 1e-3, seed=3, env=RecallEnv(4, seed=1, device=device), num_steps=6,
-                compile=m) for m in ("off", mode)]
+    runs = [PPO(_policy(8, lstm=lstm).to(device), config, 1e-3, seed=3, env=RecallEnv(4, seed=1, device=device),
+                num_steps=6, compile=m) for m in ("off", mode)]
     for algo in runs:
         for _ in range(3):
             algo.iterate()
