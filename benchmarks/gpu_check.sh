@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, checked and timed in one go, under 8 minutes on one H200 (every stage has a time
-# limit, together 8 minutes; a stage cut at its limit is reported as failed, exit 124). Two phases:
+# Everything that needs a GPU, checked and timed in one go: about 7 minutes on one H200 (2026-12-04), 8 on one H100
+# (476 s on 2026-12-05, three stages cut at the H200's limits, raised since). Every stage has a time limit, an upper
+# bound (a stage cut at its limit is reported as failed, exit 124). Two phases:
 #   A. checks, run side by side (their speed is not reported): the tests marked gpu (CUDA sync-debug-mode "error"
 #      runs of the hot loop in every compile mode, eager vs inductor vs CUDA-graph results, the engine against
 #      collect() on CUDA, SAC/TD3 modes, loading/exporting on CUDA) on 6 pytest workers, next to short training
