@@ -58,6 +58,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--n-agents", type=int, default=3, help="unless the scenario's parameters give n_agents")
     args = parser.parse_args()
+    for flag in ("num_envs", "steps", "rounds", "n_agents"):
+        if getattr(args, flag) <= 0:
+            parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
     torch.set_num_threads(1)
     from rl_gpu.core.errors import UsageError
     from rl_gpu.envs.params import split_id_parameters

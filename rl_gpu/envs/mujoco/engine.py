@@ -113,17 +113,17 @@ class MujocoEngine:
         whole batch; its halves under a double-buffered collector)."""
         self._buffers_for(num_envs)
         self.derived = tuple(derived)
-        self.derived_size = sum(getattr(self._scratch, name)[first:].size for name, first in self.derived)
+        self.nsensordata = self.models[0].nsensordata
         self._derived_views = []
         """``(flat view into the scratch MjData, first column, end column)`` per derived field, made once."""
-        col = self.models[0].nsensordata
+        col = self.nsensordata
         for name, first in self.derived:
             view = getattr(self._scratch, name)[first:].reshape(-1)
             self._derived_views.append((view, col, col + view.size))
             col += view.size
+        self.derived_size = col - self.nsensordata
         self.reuse_scratch = len(self.models) == 1
         """Whether the replay skips ``mj_resetData`` between rows (one model; see :meth:`forward_fields`)."""
-        self.nsensordata = self.models[0].nsensordata
         self.dt = self.models[0].opt.timestep * frame_skip
 
     def _buffers_for(self, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -179,7 +179,6 @@ class MujocoEngine:
         # it overwrites every field read out. A pool of models resets each row to its own model's defaults; a
         # reset observation resets too (cfrc_ext stays zero there, as after a Gymnasium reset).
         reuse = self.reuse_scratch and substep and post_constraint
-        sensors = self.models[0].nsensordata > 0
         for i, m in enumerate(models):
             if reuse:
                 d.qacc_warmstart[:] = 0.0
@@ -196,7 +195,7 @@ class MujocoEngine:
                 mujoco.mj_forward(m, d)
             if post_constraint:
                 mujoco.mj_rnePostConstraint(m, d)
-            if sensors:
+            if self.nsensordata:
                 out[i, :self.nsensordata] = d.sensordata
             for view, start, end in self._derived_views:
                 out[i, start:end] = view
