@@ -2,6 +2,8 @@
 levels grow harder, the height samples equal MuJoCo's ray casting on the compiled field, the curriculum rule moves
 robots as stated, and the environment places, measures and moves its robots by it."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -97,7 +99,8 @@ def test_a_finished_episode_moves_its_robot_by_the_rule():
     task[:, env.LEVEL] = torch.tensor([1.0, 1.0, 3.0])
     task[:, env.KIND] = torch.tensor([0.0, 2.0, 4.0])
     task[:, env.CMD] = torch.tensor([0.5, 0.0, 0.0], dtype=torch.float64)
-    task[:, env.STEP] = 999.0  # the episode's last step: 20 s at 0.5 m/s asked for 10 m
+    task[:, env.STEP] = 999.0  # the episode's last step: a straight 20 s at 0.5 m/s asks for 10 m
+    task[:, env.ASKED] = torch.tensor([0.5 * 999 * env.dt, 0.0], dtype=torch.float64)
     q = env.layout.qpos.start
     start = env.tile_centre(task[:, env.LEVEL], task[:, env.KIND])
     task[:, env.ORIGIN] = start
@@ -131,3 +134,65 @@ def test_state_dict_resumes_exactly_through_curriculum_moves():
         got = other.step(action)
         for name in ("obs", "reward", "terminated", "critic_obs"):
             assert torch.equal(getattr(got, name), getattr(expected, name)), name
+
+
+def test_the_commanded_path_turns_with_its_yaw_rate_commands():
+    env = _env(2, seed=4)
+    state = env.get_state()
+    task = state.inner.task.clone()
+    task[:, env.CMD] = torch.tensor([[0.8, 0.3, 0.0], [1.0, 0.0, 1.0]], dtype=torch.float64)
+    task[:, env.ASKED] = torch.tensor([[1.0, 2.0], [0.0, 0.0]], dtype=torch.float64)
+    task[:, env.ASKED_HEADING] = torch.tensor([math.pi / 2, 0.0], dtype=torch.float64)
+    task[:, env.STEP] = 3.0
+    env.set_state(state._replace(inner=state.inner._replace(task=task)))
+    env.step(torch.zeros(2, 12))
+    after = env.state.inner.task
+    dt = env.dt
+    # Row 0 faces +y on its path: forward 0.8 goes to +y, left 0.3 to -x.
+    torch.testing.assert_close(after[0, env.ASKED], torch.tensor([1.0 - 0.3 * dt, 2.0 + 0.8 * dt],
+                                                                 dtype=torch.float64))
+    torch.testing.assert_close(after[:, env.ASKED_HEADING], torch.tensor([math.pi / 2, dt], dtype=torch.float64))
+    # 1000 steps of (1 m/s, 1 rad/s) trace a circle of radius 1 m: the path ends 2|sin(10)| m from its start.
+    heading = torch.arange(1000, dtype=torch.float64) * dt
+    end = dt * torch.stack((heading.cos(), heading.sin()), dim=1).sum(0)
+    assert abs(float(end.norm()) - 2 * abs(math.sin(10.0))) < 0.02
+
+
+def test_a_robot_that_follows_turning_commands_is_not_moved_down():
+    """The commands asked for a circle: the robot that ended where the circle ends walked what was asked, though
+    |command| x 20 s (10 m) is far more than its 1.1 m from the start."""
+    env = _env(2, seed=5)
+    state = env.get_state()
+    task, physics = state.inner.task.clone(), state.inner.physics.clone()
+    task[:, env.LEVEL], task[:, env.KIND] = 2.0, torch.tensor([0.0, 1.0])
+    task[:, env.CMD] = torch.tensor([0.5, 0.0, 0.5], dtype=torch.float64)
+    task[:, env.STEP] = 999.0
+    heading = torch.arange(999, dtype=torch.float64) * 0.5 * env.dt
+    asked = 0.5 * env.dt * torch.stack((heading.cos(), heading.sin()), dim=1).sum(0)
+    task[:, env.ASKED], task[:, env.ASKED_HEADING] = asked, 0.5 * 999 * env.dt
+    start = env.tile_centre(task[:, env.LEVEL], task[:, env.KIND])
+    task[:, env.ORIGIN] = start
+    q = env.layout.qpos.start
+    walked = torch.stack((asked, 0.2 * asked))  # row 0 ends where the path does; row 1 a fifth of the way
+    physics[:, q:q + 2] = start + walked
+    physics[:, q + 2] = env.home_qpos[2] + env.ground_height(physics[:, q:q + 2])
+    env.set_state(state._replace(inner=state.inner._replace(physics=physics, task=task),
+                                 episode_step=torch.full((2,), 999)))
+    assert env.step(torch.zeros(2, 12)).truncated.all()
+    assert env.state.inner.task[:, env.LEVEL].tolist() == [2.0, 1.0]
+    assert env.state.inner.task[:, env.ASKED].abs().max() == 0.0  # a fresh episode's path starts at zero
+
+
+def test_the_share_that_reached_the_top_third_is_remembered():
+    env = _env(4, seed=6)  # 4 levels: the top third is level 3
+    state = env.get_state()
+    task = state.inner.task.clone()
+    task[:, env.LEVEL] = torch.tensor([3.0, 2.0, 3.0, 0.0])
+    env.set_state(state._replace(inner=state.inner._replace(task=task)))
+    env.step(torch.zeros(4, 12))
+    task = env.state.inner.task.clone()
+    task[:, env.LEVEL] = 0.0
+    env.set_state(env.state._replace(inner=env.state.inner._replace(task=task)))
+    env.step(torch.zeros(4, 12))
+    stats = env.task_stats()
+    assert float(stats["terrain_top_third"]) == 0.0 and float(stats["terrain_reached_top_third"]) == 0.5
