@@ -196,3 +196,30 @@ def test_the_share_that_reached_the_top_third_is_remembered():
     env.step(torch.zeros(4, 12))
     stats = env.task_stats()
     assert float(stats["terrain_top_third"]) == 0.0 and float(stats["terrain_reached_top_third"]) == 0.5
+
+
+def _terrain_rule():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "terrain_rule.py"
+    spec = importlib.util.spec_from_file_location("terrain_rule", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_perfect_tracker_climbs_by_the_commanded_path_and_sinks_by_the_last_command():
+    """benchmarks/terrain_rule.py's claim, at a small size: with Go1-Rough-v0's yaw-rate commands, |last command| x
+    duration demotes a robot that follows every command in about half its episodes; the commanded path never does.
+    A climber that never fails fills the levels in proportion to ``level + 1``: 27/55 in the top third of 10."""
+    rule = _terrain_rule()
+    from rl_gpu.envs.mujoco.rough import Go1RoughParams
+
+    walked, last, path = rule.perfect_episodes(Go1RoughParams(), 4000, 1000, 0.02, np.random.default_rng(0))
+    up = walked > 4.0
+    assert 0.3 < up.mean() < 0.45
+    assert ((walked < 0.5 * last) & ~up).mean() > 0.4 and ((walked < 0.5 * path - 1e-9) & ~up).mean() == 0.0
+    mean, top = rule.stationary_top_share(10, float(up.mean()), 0.0)
+    assert abs(top - 27 / 55) < 1e-9 and abs(mean - 6.0) < 1e-9
+    assert rule.stationary_top_share(10, 0.38, 0.5)[1] < 0.1
