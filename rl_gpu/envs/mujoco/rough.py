@@ -65,6 +65,16 @@ class Go1RoughParams(Go1VelocityParams):
     """A robot starts U(-s, s) m from its tile's centre along x and y (on the flat platform)."""
     policy_heights: bool = False
     """True: the policy observes the height samples too (its observation grows by 63); else only the critic."""
+    max_bump: float = 0.06
+    """Rough tiles: bumps up to this high at the top level (m; 0.02 at level 0)."""
+    max_slope: float = 0.4
+    """Slope tiles: rise over run at the top level."""
+    max_step: float = 0.1
+    """Stairs: the step height at the top level (m; 0.05 at level 0)."""
+    max_block: float = 0.1
+    """Obstacle tiles: blocks up to this high or deep at the top level (m; 0.05 at level 0). The four scales are
+    sized for a Go1 (a trunk about 0.3 m up), as Isaac Lab's Go1 rough task scales its boxes and bumps and mjlab's
+    its stairs; legged_gym's ANYmal ranges are 0.1, 0.4, 0.23 and 0.25."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -79,6 +89,8 @@ class Go1RoughParams(Go1VelocityParams):
             raise ValueError(f"start_spread must be in [0, 0.9] (m, inside the 2 m platform), got {self.start_spread}")
         if not isinstance(self.policy_heights, bool):
             raise TypeError(f"policy_heights must be True or False, got {self.policy_heights!r}")
+        TerrainGrid(max_bump=self.max_bump, max_slope=self.max_slope, max_step=self.max_step,
+                    max_block=self.max_block)  # (raises ValueError naming a scale out of range)
 
 
 class Go1RoughEnv(Go1VelocityEnv):
@@ -102,7 +114,8 @@ class Go1RoughEnv(Go1VelocityEnv):
         # The terrain is part of the model, and the policy's observation size of the spec: known before either.
         names = {f.name for f in fields(Go1RoughParams)}
         own = build_params(Go1RoughParams, {k: v for k, v in kwargs.items() if k in names}, type(self).__name__)
-        self.grid = TerrainGrid(levels=own.terrain_levels, kinds=KINDS)
+        self.grid = TerrainGrid(levels=own.terrain_levels, kinds=KINDS, max_bump=own.max_bump, max_slope=own.max_slope,
+                                max_step=own.max_step, max_block=own.max_block)
         self.terrain_seed = own.terrain_seed
         self.obs_shape = (48 + NUM_SCAN,) if own.policy_heights else (48,)
         if type(self).mirror is not None:  # (an observation wrapper's class drops it: another layout)

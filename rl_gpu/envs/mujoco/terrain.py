@@ -27,7 +27,7 @@ robot leaving it climbs; ``down``: the centre is the top), pyramid stairs (the s
 
 @dataclass(frozen=True)
 class TerrainGrid:
-    """The layout and the difficulty scales of the terrain (legged_gym's ranges)."""
+    """The layout and the difficulty scales of the terrain (by default legged_gym's ranges, sized for ANYmal)."""
 
     levels: int = 10
     """L, rows of tiles, from flat-ish (level 0) to the hardest (level L - 1)."""
@@ -54,6 +54,10 @@ class TerrainGrid:
         unknown = [k for k in self.kinds if k not in KINDS]
         if not self.kinds or unknown:
             raise ValueError(f"kinds must be names from {KINDS}, got {self.kinds!r}")
+        for name, least in (("max_bump", 0.02), ("max_slope", 0.0), ("max_step", 0.05), ("max_block", 0.05)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not least <= value <= 1.0:
+                raise ValueError(f"{name} must be a number in [{least}, 1] (its level-0 value to 1 m), got {value!r}")
         if not (self.resolution > 0 and self.tile_size >= 4 * self.resolution and 0 <= self.platform
                 < self.tile_size):
             raise ValueError("resolution, tile_size and platform must satisfy 0 < 4 resolution <= tile_size and "

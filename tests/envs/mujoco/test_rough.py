@@ -223,3 +223,18 @@ def test_a_perfect_tracker_climbs_by_the_commanded_path_and_sinks_by_the_last_co
     mean, top = rule.stationary_top_share(10, float(up.mean()), 0.0)
     assert abs(top - 27 / 55) < 1e-9 and abs(mean - 6.0) < 1e-9
     assert rule.stationary_top_share(10, 0.38, 0.5)[1] < 0.1
+
+
+def test_the_terrain_scales_are_the_tasks_and_are_checked():
+    env = _env(1)
+    c = env.grid.cells
+    top = env.grid.levels - 1
+    stairs = env.field.numpy()[top * c:(top + 1) * c, KINDS.index("stairs_up") * c:(KINDS.index("stairs_up") + 1) * c]
+    assert np.isclose(np.diff(np.unique(np.round(stairs, 9)))[:3], env.params.max_step).all()  # Go1-sized steps
+    anymal = _env(1, max_step=0.23)
+    stairs = anymal.field.numpy()[top * c:(top + 1) * c, KINDS.index("stairs_up") * c:(KINDS.index("stairs_up") + 1)
+                                  * c]
+    assert np.isclose(np.diff(np.unique(np.round(stairs, 9)))[:3], 0.23).all()
+    for bad in ({"max_step": 0.01}, {"max_block": -1.0}, {"max_slope": float("nan")}, {"max_bump": 2.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            _env(1, **bad)
