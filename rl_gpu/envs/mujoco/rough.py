@@ -33,8 +33,12 @@ NUM_SCAN = len(SCAN_X) * len(SCAN_Y)
 STANDING_HEIGHT = 0.3
 """Subtracted from the trunk's height above each sample, so level ground reads about 0."""
 _LEVELS = 11  # hash stream of the levels drawn for robots that leave the top
+BORDER = 8.0
+"""Flat ground around the tiles (m): a robot on an edge tile that walks past its tile's edge (20 s at up to 1.1 m/s)
+stays on the ground instead of leaving the terrain, which ends its episode as a fall would."""
 MAX_LEVELS = 50
-"""Most terrain levels (rows of tiles): 50 x 6 tiles of 80 x 80 points is 1.9M heights per model variant."""
+"""Most terrain levels (rows of tiles): 50 x 6 tiles of 80 x 80 points and the border is 2.6M heights per model
+variant."""
 
 
 def rough_mirror(policy_heights: bool) -> Mirror:
@@ -115,7 +119,7 @@ class Go1RoughEnv(Go1VelocityEnv):
         names = {f.name for f in fields(Go1RoughParams)}
         own = build_params(Go1RoughParams, {k: v for k, v in kwargs.items() if k in names}, type(self).__name__)
         self.grid = TerrainGrid(levels=own.terrain_levels, kinds=KINDS, max_bump=own.max_bump, max_slope=own.max_slope,
-                                max_step=own.max_step, max_block=own.max_block)
+                                max_step=own.max_step, max_block=own.max_block, border=BORDER)
         self.terrain_seed = own.terrain_seed
         self.obs_shape = (48 + NUM_SCAN,) if own.policy_heights else (48,)
         if type(self).mirror is not None:  # (an observation wrapper's class drops it: another layout)

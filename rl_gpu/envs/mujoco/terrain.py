@@ -4,11 +4,11 @@ between levels.
 
 Shape legend: L levels (rows of tiles), K kinds (columns), C cells per tile side, N robots, S height samples.
 
-The field is a ``[L C, K C]`` float array of heights in metres: row ``i`` of cells runs along the world's x axis
-(x = i * resolution), column ``j`` along y, so tile ``(level, kind)`` covers ``x`` in ``[level, level + 1) *
-tile_size`` and ``y`` in ``[kind, kind + 1) * tile_size``. Every tile has a flat platform at its centre, where robots
-start. Difficulty grows with the level: ``d = level / (L - 1)`` in [0, 1]. Generation is numpy from one seed: the
-same seed gives the same terrain.
+The field is a ``[L C + 2 B, K C + 2 B]`` float array of heights in metres (``B`` cells of flat border on every
+side): row ``i`` of cells runs along the world's x axis (x = i * resolution), column ``j`` along y, so tile
+``(level, kind)`` covers ``x`` in ``border + [level, level + 1) * tile_size`` and ``y`` in ``border + [kind, kind + 1)
+* tile_size``. Every tile has a flat platform at its centre, where robots start. Difficulty grows with the level:
+``d = level / (L - 1)`` in [0, 1]. Generation is numpy from one seed: the same seed gives the same terrain.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ class TerrainGrid:
     """Side of a height-field cell (m)."""
     platform: float = 2.0
     """Side of the flat square at each tile's centre (m)."""
+    border: float = 0.0
+    """Flat ground at height 0 around the grid (m, whole cells): a robot that walks off an edge tile keeps walking
+    instead of leaving the terrain (legged_gym's ``border_size``)."""
     max_bump: float = 0.1
     """Rough ground: bumps of U(-h, h) with h from 0.02 (level 0) to this (m)."""
     max_slope: float = 0.4
@@ -58,6 +61,8 @@ class TerrainGrid:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not least <= value <= 1.0:
                 raise ValueError(f"{name} must be a number in [{least}, 1] (its level-0 value to 1 m), got {value!r}")
+        if isinstance(self.border, bool) or not isinstance(self.border, (int, float)) or not 0 <= self.border <= 50:
+            raise ValueError(f"border must be a number of metres in [0, 50], got {self.border!r}")
         if not (self.resolution > 0 and self.tile_size >= 4 * self.resolution and 0 <= self.platform
                 < self.tile_size):
             raise ValueError("resolution, tile_size and platform must satisfy 0 < 4 resolution <= tile_size and "
@@ -67,6 +72,11 @@ class TerrainGrid:
     def cells(self) -> int:
         """C, cells along a tile's side."""
         return int(round(self.tile_size / self.resolution))
+
+    @property
+    def border_cells(self) -> int:
+        """Cells of flat border on each side of the grid."""
+        return int(round(self.border / self.resolution))
 
     def difficulty(self, level: int) -> float:
         """``d`` in [0, 1] of a level."""
@@ -109,19 +119,22 @@ def tile_heights(grid: TerrainGrid, kind: str, level: int, rng: np.random.Genera
 
 
 def generate_terrain(grid: TerrainGrid, seed: int) -> np.ndarray:
-    """``[L C, K C]`` float64 heights (m) of the whole grid, tile by tile, from ``seed`` alone."""
+    """``[L C + 2 B, K C + 2 B]`` float64 heights (m) of the whole grid, tile by tile, from ``seed`` alone, inside
+    ``B`` (:attr:`TerrainGrid.border_cells`) cells of flat border."""
     c = grid.cells
     field = np.zeros((grid.levels * c, len(grid.kinds) * c))
     for level in range(grid.levels):
         for column, kind in enumerate(grid.kinds):
             rng = np.random.default_rng([seed, level, column])
             field[level * c:(level + 1) * c, column * c:(column + 1) * c] = tile_heights(grid, kind, level, rng)
-    return field
+    return np.pad(field, grid.border_cells)
 
 
 def tile_centres(grid: TerrainGrid, level: Tensor, column: Tensor) -> Tensor:
     """``[N, 2]`` float64 world (x, y) of the centres of the tiles ``(level [N], column [N])``."""
-    return torch.stack(((level.double() + 0.5) * grid.tile_size, (column.double() + 0.5) * grid.tile_size), dim=1)
+    edge = grid.border_cells * grid.resolution
+    return torch.stack(((level.double() + 0.5) * grid.tile_size + edge,
+                        (column.double() + 0.5) * grid.tile_size + edge), dim=1)
 
 
 def sample_heights(field: Tensor, resolution: float, xy: Tensor) -> Tensor:

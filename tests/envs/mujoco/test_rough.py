@@ -225,16 +225,41 @@ def test_a_perfect_tracker_climbs_by_the_commanded_path_and_sinks_by_the_last_co
     assert rule.stationary_top_share(10, 0.38, 0.5)[1] < 0.1
 
 
+def _top_stairs(env):
+    c, b, top, k = env.grid.cells, env.grid.border_cells, env.grid.levels - 1, KINDS.index("stairs_up")
+    return env.field.numpy()[b + top * c:b + (top + 1) * c, b + k * c:b + (k + 1) * c]
+
+
 def test_the_terrain_scales_are_the_tasks_and_are_checked():
     env = _env(1)
-    c = env.grid.cells
-    top = env.grid.levels - 1
-    stairs = env.field.numpy()[top * c:(top + 1) * c, KINDS.index("stairs_up") * c:(KINDS.index("stairs_up") + 1) * c]
-    assert np.isclose(np.diff(np.unique(np.round(stairs, 9)))[:3], env.params.max_step).all()  # Go1-sized steps
-    anymal = _env(1, max_step=0.23)
-    stairs = anymal.field.numpy()[top * c:(top + 1) * c, KINDS.index("stairs_up") * c:(KINDS.index("stairs_up") + 1)
-                                  * c]
-    assert np.isclose(np.diff(np.unique(np.round(stairs, 9)))[:3], 0.23).all()
+    steps = np.diff(np.unique(np.round(_top_stairs(env), 9)))[:3]
+    assert np.isclose(steps, env.params.max_step).all()  # Go1-sized steps
+    assert np.isclose(np.diff(np.unique(np.round(_top_stairs(_env(1, max_step=0.23)), 9)))[:3], 0.23).all()
     for bad in ({"max_step": 0.01}, {"max_block": -1.0}, {"max_slope": float("nan")}, {"max_bump": 2.0}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             _env(1, **bad)
+
+
+def test_a_flat_border_surrounds_the_tiles():
+    """A robot that walks off an edge tile stands on flat ground, not off the terrain (which would end its episode)."""
+    env = _env(2, seed=7)
+    b, c = env.grid.border_cells, env.grid.cells
+    assert b * env.grid.resolution == 8.0
+    field = env.field.numpy()
+    assert field.shape == (env.grid.levels * c + 2 * b, len(KINDS) * c + 2 * b)
+    inner = np.ones_like(field, dtype=bool)
+    inner[b:-b, b:-b] = False
+    assert (field[inner] == 0.0).all() and np.abs(field[~inner]).max() > 0
+    # The tiles' centres lie the border's width further from the field's corner.
+    centres = env.tile_centre(torch.tensor([0, 1]), torch.tensor([0, 2]))
+    torch.testing.assert_close(centres, torch.tensor([[12.0, 12.0], [20.0, 28.0]], dtype=torch.float64))
+    # A robot 6 m from tile (0, 0)'s centre towards the grid's edge (2 m past the tile) is on the border: on the
+    # ground at height 0, and its episode goes on.
+    state = env.get_state()
+    physics = state.inner.physics.clone()
+    q = env.layout.qpos.start
+    physics[0, q:q + 2] = centres[0] - torch.tensor([6.0, 0.0], dtype=torch.float64)
+    physics[0, q + 2] = env.home_qpos[2]
+    env.set_state(state._replace(inner=state.inner._replace(physics=physics)))
+    assert float(env.ground_height(physics[:1, q:q + 2])) == 0.0
+    assert not bool(env.step(torch.zeros(2, 12)).terminated[0])
