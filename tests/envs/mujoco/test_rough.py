@@ -152,10 +152,13 @@ def test_the_commanded_path_turns_with_its_yaw_rate_commands():
     torch.testing.assert_close(after[0, env.ASKED], torch.tensor([1.0 - 0.3 * dt, 2.0 + 0.8 * dt],
                                                                  dtype=torch.float64))
     torch.testing.assert_close(after[:, env.ASKED_HEADING], torch.tensor([math.pi / 2, dt], dtype=torch.float64))
-    # 1000 steps of (1 m/s, 1 rad/s) trace a circle of radius 1 m: the path ends 2|sin(10)| m from its start.
-    heading = torch.arange(1000, dtype=torch.float64) * dt
-    end = dt * torch.stack((heading.cos(), heading.sin()), dim=1).sum(0)
-    assert abs(float(end.norm()) - 2 * abs(math.sin(10.0))) < 0.02
+    # 24 more steps of (1 m/s, 1 rad/s) from heading 0 follow the arc of a circle of radius 1 m.
+    for _ in range(24):
+        env.step(torch.zeros(2, 12))
+    heading = torch.arange(25, dtype=torch.float64) * dt
+    arc = dt * torch.stack((heading.cos(), heading.sin()), dim=1).sum(0)
+    torch.testing.assert_close(env.state.inner.task[1, env.ASKED], arc)
+    assert abs(float(arc.norm()) - 2 * math.sin(0.5 * 25 * dt)) < 1e-3  # the chord of the 0.5 rad arc
 
 
 def test_a_robot_that_follows_turning_commands_is_not_moved_down():
