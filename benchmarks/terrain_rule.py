@@ -69,8 +69,8 @@ def main() -> None:
     parser.add_argument("--robots", type=int, default=200_000, help="simulated episodes")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if args.robots < 1:
-        parser.error(f"--robots must be at least 1, got {args.robots}")
+    if not 1 <= args.robots <= 10_000_000:
+        parser.error(f"--robots must be in [1, 10,000,000] (about 100 bytes of state each), got {args.robots}")
     p, grid = Go1RoughParams(), TerrainGrid(levels=Go1RoughParams().terrain_levels)
     steps, dt = Go1VelocityEnv.max_episode_steps, Go1VelocityEnv.frame_skip * 0.004  # scene.xml's 4 ms timestep
     walked, last, path = perfect_episodes(p, args.robots, steps, dt, np.random.default_rng(args.seed))
