@@ -80,7 +80,7 @@ stage decode 40 "$PY" benchmarks/llm/decode_compile.py --device cuda --size 256x
 stage distributed 45 "$PY" benchmarks/distributed_throughput.py --device cuda --num-envs 16384 --num-steps 32 \
     --iterations 5 --output "$OUT/distributed.json"
 if "$PY" -c "import mujoco_warp" 2>/dev/null; then
-    stage mujoco_warp 120 "$PY" benchmarks/gpu_check_mujoco.py
+    stage mujoco_warp 120 "$PY" benchmarks/gpu_check_mujoco.py --sizes 4096
 fi
 
 echo

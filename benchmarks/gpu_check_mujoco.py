@@ -3,16 +3,16 @@
     python benchmarks/gpu_check_mujoco.py           # on a CUDA machine, from the repository root (~5 min, H200)
     python benchmarks/gpu_check_mujoco.py --quick   # small N, a few steps; runs on Warp's CPU device too
 
-For HalfCheetah-v5 and Ant-v5 (Ant is skipped with a message while ``rl_gpu.envs.mujoco.locomotion3d`` lacks it),
+For each task of :data:`ENVS` (``--envs``; HalfCheetah, Ant, Go1 on flat ground, the Panda's reach and pick-up),
 at each N (4096 and 16384): the build, the first step (the first one of each model compiles MuJoCo Warp's
 kernels, minutes on a cold ``~/.cache/warp``; then the graph capture), env-only steps/s (``env.step`` with random
 actions: the engine's graph replay plus the task's torch code) and the engine alone (``engine.step``), PPO
 training steps/s (``PPO.iterate``: collect + update, as the runner calls it), PPO's collection eager and with
-the policy half compiled (:class:`rl_gpu.collect.host.HostCollector`, what ``--compile auto`` runs) and the worlds whose contacts
-overflowed MuJoCo Warp's capacities. Then the C engine against MuJoCo Warp from the same starts with the same
-actions: the largest qpos/qvel differences after 1 and 10 steps, with the MJCF's (pyramidal) friction cone and
-with an elliptic one (Ant's feet differ with the pyramidal cone: MuJoCo Warp's plane-capsule contact frames,
-see rl_gpu/envs/mujoco/warp_engine.py). One line per figure; the exit status is 1 when
+the policy half compiled (:class:`rl_gpu.collect.host.HostCollector`, what ``--compile auto`` runs) and the worlds
+whose contacts overflowed MuJoCo Warp's capacities. Then the C engine against MuJoCo Warp from the same starts
+with the same actions: the largest qpos/qvel differences after 1 and 10 steps, with the MJCF's (pyramidal)
+friction cone and with an elliptic one (Ant's feet differ with the pyramidal cone: MuJoCo Warp's plane-capsule
+contact frames, see rl_gpu/envs/mujoco/warp_engine.py). One line per figure; the exit status is 1 when
 a stage fails, 0 otherwise (and on a machine without CUDA, without ``--quick``: nothing to check).
 """
 
@@ -30,6 +30,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+
+ENVS = ("HalfCheetah-v5", "Ant-v5", "Go1-Velocity-v0", "PandaReach-v0", "PandaPickCube-v0")
+"""The MuJoCo tasks checked on MuJoCo Warp. Go1 runs there with an elliptic friction cone
+(rl_gpu/envs/mujoco/quadruped.py); Go1-Rough-v0 is refused (its height-field contacts disagree with the C
+engine's: benchmarks/warp_hfield_check.py)."""
 
 
 def line(*parts) -> None:
@@ -57,17 +62,15 @@ def rate(fn, device: torch.device, items: int, min_calls: int, budget_s: float) 
 
 
 def env_classes(names: list[str]) -> dict:
+    """``{id: class}`` of the registered ids (one line for each that cannot be imported here)."""
+    from rl_gpu.envs.registry import env_class
+
     classes = {}
     for name in names:
         try:
-            if name == "HalfCheetah-v5":
-                from rl_gpu.envs.mujoco.locomotion import HalfCheetahEnv as cls
-            else:
-                from rl_gpu.envs.mujoco.locomotion3d import AntEnv as cls
-        except (ImportError, AttributeError) as e:
+            classes[name] = env_class(name)
+        except (ImportError, ValueError) as e:
             line(f"{name}: skipped ({type(e).__name__}: {e})")
-            continue
-        classes[name] = cls
     return classes
 
 
@@ -136,9 +139,10 @@ def agreement(name: str, cls, n: int, device: torch.device, cone: str) -> None:
                 return model
 
         cls = Elliptic
-    label = f"{name} N={n} on {device}, {'elliptic' if cone == 'elliptic' else 'MJCF'} cone"
     c = cls(n, device=device, seed=1, num_threads=min(8, os.cpu_count() or 1))
     w = cls(n, device=device, seed=1, backend="mujoco-warp")
+    cones = [("pyramidal", "elliptic")[int(env.model.opt.cone)] for env in (c, w)]
+    label = f"{name} N={n} on {device}, C engine {cones[0]} cone vs MuJoCo Warp {cones[1]}"
     lay = c.layout
     g = torch.Generator(device=device).manual_seed(1)
     for step in range(1, 11):
@@ -147,7 +151,7 @@ def agreement(name: str, cls, n: int, device: torch.device, cone: str) -> None:
         w.step(action)
         if step in (1, 10):
             diff = (c.state.inner.physics - w.state.inner.physics).abs()
-            line(f"{label}: C engine vs MuJoCo Warp after {step} step(s): qpos "
+            line(f"{label}, after {step} step(s): qpos "
                  f"{diff[:, lay.qpos].max():.2e}, qvel {diff[:, lay.qvel].max():.2e} (max abs)")
     c.close()
     w.close()
@@ -158,7 +162,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small N and few calls (CPU allowed)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda, or cpu with --quick)")
     parser.add_argument("--sizes", type=int, nargs="+", default=None)
-    parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v5", "Ant-v5"])
+    parser.add_argument("--envs", nargs="+", default=list(ENVS))
     args = parser.parse_args()
     try:
         import mujoco_warp  # noqa: F401

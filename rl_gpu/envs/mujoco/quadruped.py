@@ -219,6 +219,12 @@ class Go1VelocityEnv(MujocoEnv):
 
     def load_model(self):
         model = super().load_model()
+        if self.backend == "mujoco-warp":
+            # Menagerie's elliptic cone (go1.xml): MuJoCo Warp's float32 solver returns NaN with the pyramidal
+            # cone and go1.xml's impratio of 100 (rl_gpu.envs.mujoco.warp_engine.check_supported).
+            import mujoco  # present: the environment's engine needs it
+
+            model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
         # MuJoCo's position servo: force = gain * ctrl + bias[1] * qpos, so gain = kp, bias[1] = -kp.
         model.actuator_gainprm[:, 0] = self._gains.stiffness
         model.actuator_biasprm[:, 1] = -self._gains.stiffness

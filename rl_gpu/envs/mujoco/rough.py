@@ -115,6 +115,12 @@ class Go1RoughEnv(Go1VelocityEnv):
     command exactly, integrated step by step (the curriculum's "what the commands asked for")."""
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None, **kwargs):
+        if kwargs.get("backend") == "mujoco-warp":
+            # Measured by benchmarks/warp_hfield_check.py (mujoco_warp 4.0.0): foot contacts up to 0.7-1.26 m deep
+            # on flat ground where the C engine's are at most 4 cm; a third of the robots' first steps differ.
+            raise ValueError(f"{type(self).__name__} does not run on MuJoCo Warp: its height-field contacts under "
+                             "the robot's feet disagree with MuJoCo's (up to 0.7 m deep on flat ground; "
+                             "benchmarks/warp_hfield_check.py measures it); use backend='mujoco'")
         # The terrain is part of the model, and the policy's observation size of the spec: known before either.
         names = {f.name for f in fields(Go1RoughParams)}
         own = build_params(Go1RoughParams, {k: v for k, v in kwargs.items() if k in names}, type(self).__name__)

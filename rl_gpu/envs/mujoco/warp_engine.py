@@ -32,8 +32,9 @@ and :meth:`WarpEngine.step` returns the physics after ``frame_skip`` MuJoCo step
   model fields with one row per world; their ``[K, ...]`` stacks are gathered by each row's ``variant`` before
   each step. The variants are compiled on the host one at a time (``mj_setConst``, as the C pool's) and
   dropped, so ``K`` copies of a meshed robot never sit in memory (:class:`VariantModels`).
-- **Not supported** (a one-line error): the PGS solver (MuJoCo Warp's refusal; use Newton), plugin and
-  plasticity state in the physics vector; whatever else ``mujoco_warp.put_model`` refuses.
+- **Not supported** (a one-line error): the PGS solver (MuJoCo Warp's refusal; use Newton), a pyramidal
+  friction cone with ``impratio`` > 1 (float32's Newton solve returns NaN there), plugin and plasticity state in
+  the physics vector; whatever else ``mujoco_warp.put_model`` refuses.
 - Contacts and constraint rows have fixed per-world capacities (MuJoCo Warp's defaults, or ``nconmax`` and
   ``njmax``); :meth:`WarpEngine.overflowed` says which worlds ran out.
 
@@ -85,6 +86,13 @@ def check_supported(model) -> None:
         raise ValueError(f"MuJoCo Warp does not support the PGS solver of model {model_name(model)!r}: set "
                          f"model.opt.solver = mujoco.mjtSolver.mjSOL_NEWTON (solver=\"Newton\" in the MJCF's "
                          f"<option>), or use backend='mujoco'")
+    if model.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL and model.opt.impratio > 1:
+        # Friction rows regularised impratio times less than normal ones: MuJoCo Warp's float32 Newton solve
+        # returns NaN accelerations (Go1's MJCF, impratio 100: 18 of 64 worlds at the first step; none with an
+        # elliptic cone, with impratio 1 or 10 on the first step, or on the float64 C engine).
+        raise ValueError(f"MuJoCo Warp's float32 solver diverges (NaN) on model {model_name(model)!r}: a pyramidal "
+                         f"friction cone with impratio={model.opt.impratio:g} (allowed: an elliptic cone, "
+                         f"cone=\"elliptic\" in the MJCF's <option>, or impratio <= 1), or use backend='mujoco'")
     stateful = {"plugin": mujoco.mjtState.mjSTATE_PLUGIN, "plasticity": mujoco.mjtState.mjSTATE_PLASTIC}
     for what, sig in stateful.items():
         if mujoco.mj_stateSize(model, int(sig)):
