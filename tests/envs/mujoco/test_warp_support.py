@@ -41,8 +41,7 @@ def test_go1_rough_is_refused_on_mujoco_warp_in_one_line_before_anything_is_buil
     assert "\n" not in str(error.value) and "backend='mujoco'" in str(error.value)
 
 
-@pytest.mark.parametrize("cls", [Go1VelocityEnv])
-def test_go1_hands_mujoco_warp_an_elliptic_cone_and_the_c_engine_its_pyramidal_one(cls, monkeypatch):
+def test_go1_hands_mujoco_warp_an_elliptic_cone_and_the_c_engine_its_pyramidal_one(monkeypatch):
     models = []
 
     def engine(models_, *args, **kwargs):
@@ -51,9 +50,9 @@ def test_go1_hands_mujoco_warp_an_elliptic_cone_and_the_c_engine_its_pyramidal_o
 
     monkeypatch.setattr(mj_base, "WarpEngine", engine)
     with pytest.raises(_Built):
-        cls(2, num_threads=1, backend="mujoco-warp")
+        Go1VelocityEnv(2, num_threads=1, backend="mujoco-warp")
     assert models and all(m.opt.cone == mujoco.mjtCone.mjCONE_ELLIPTIC for m in models)
     for m in models:
         check_supported(m)
-    env = cls(2, num_threads=1, randomization=None)
+    env = Go1VelocityEnv(2, num_threads=1, randomization=None)
     assert env.model.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL
