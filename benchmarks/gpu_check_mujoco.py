@@ -13,7 +13,8 @@ whose contacts overflowed MuJoCo Warp's capacities. Then the C engine against Mu
 with the same actions: the largest qpos/qvel differences after 1 and 10 steps, with the MJCF's (pyramidal)
 friction cone and with an elliptic one (Ant's feet differ with the pyramidal cone: MuJoCo Warp's plane-capsule
 contact frames, see rl_gpu/envs/mujoco/warp_engine.py). One line per figure; the exit status is 1 when
-a stage fails, 0 otherwise (and on a machine without CUDA, without ``--quick``: nothing to check).
+a stage fails, 2 when an ``--envs`` id is not available here, 0 otherwise (and on a machine without CUDA,
+without ``--quick``: nothing to check).
 """
 
 from __future__ import annotations
@@ -190,6 +191,9 @@ def main() -> int:
     started = time.perf_counter()
     failed = []
     classes = env_classes(args.envs)
+    if len(classes) < len(args.envs):
+        line(f"--envs: {', '.join(n for n in args.envs if n not in classes)} not available here (see above)")
+        return 2
     for env_name, cls in classes.items():
         for n in args.sizes:
             try:
