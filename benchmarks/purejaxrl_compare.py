@@ -45,10 +45,11 @@ from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-INSTALL = ("python3 -m venv .venv-pjr && .venv-pjr/bin/pip install jax flax optax distrax chex gymnax==0.0.9"
+INSTALL = ("python3 -m venv .venv-pjr && .venv-pjr/bin/pip install jax flax optax distrax chex six gymnax==0.0.9"
            "  (then pass --jax-python .venv-pjr/bin/python)")
 XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
-JAX_MODULES = ("jax", "flax", "optax", "distrax", "gymnax")
+JAX_MODULES = ("jax", "flax", "optax", "distrax", "six", "gymnax")
+"""gymnax 0.0.9 imports six without declaring it."""
 
 PUREJAXRL_CONFIG = {
     "LR": 2.5e-4, "NUM_ENVS": 4096, "NUM_STEPS": 16, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 4, "GAMMA": 0.99,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -102,6 +103,17 @@ def iqm(values: list[float]) -> float:
     return sum(middle) / len(middle)
 
 
+def permutation_p(a: list[float], b: list[float], rounds: int = 20_000, seed: int = 0) -> float:
+    """Two-sided permutation test of the IQM difference: the share of random relabellings of the pooled seeds
+    into groups of ``len(a)`` and ``len(b)`` whose |IQM difference| is at least the observed one."""
+    observed = abs(iqm(a) - iqm(b))
+    pool, rng, hits = list(a) + list(b), random.Random(seed), 0
+    for _ in range(rounds):
+        rng.shuffle(pool)
+        hits += abs(iqm(pool[:len(a)]) - iqm(pool[len(a):])) >= observed - 1e-12
+    return hits / rounds
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("purejaxrl", type=Path, help="the folder of a PureJaxRL checkout (ppo.py, wrappers.py)")
@@ -144,6 +156,12 @@ def main(argv: list[str] | None = None) -> None:
             ratio = f"{speed['rl_gpu'] / speed['purejaxrl']:.2f}" if side == "purejaxrl" else ""
             print(f"| {game} | {side} | {returns} | {iqm([r['final_return'] for r in mine]):.2f} | "
                   f"{', '.join(f'{v:,.0f}' for v in rates)} | {speed[side]:,.0f} | {ratio} |")
+    for game in args.games:
+        ours, theirs = ([r["final_return"] for r in rows if r["game"] == game and r["side"] == side]
+                        for side in ("rl_gpu", "purejaxrl"))
+        if min(len(ours), len(theirs)) >= 4:   # fewer seeds have too few relabellings to say anything
+            print(f"{game}: IQM difference rl_gpu - PureJaxRL {iqm(ours) - iqm(theirs):+.2f}, two-sided permutation "
+                  f"p = {permutation_p(ours, theirs):.2f}")
 
 
 if __name__ == "__main__":

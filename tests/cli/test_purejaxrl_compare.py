@@ -28,7 +28,7 @@ def test_an_interpreter_without_jax_is_refused_with_the_install_line(tmp_path):
     out = _run(str(tmp_path), "--jax-python", sys.executable)
     assert out.returncode == 2
     assert "cannot import jax" in out.stderr
-    assert "pip install jax flax optax distrax chex gymnax==0.0.9" in out.stderr
+    assert "pip install jax flax optax distrax chex six gymnax==0.0.9" in out.stderr
 
 
 def test_a_missing_interpreter_is_refused(tmp_path):
@@ -36,3 +36,20 @@ def test_a_missing_interpreter_is_refused(tmp_path):
         (tmp_path / name).write_text("")
     out = _run(str(tmp_path), "--jax-python", str(tmp_path / "no-python"))
     assert out.returncode == 2 and "no Python interpreter" in out.stderr and "--jax-python" in out.stderr
+
+
+def test_the_minatar_side_by_sides_permutation_test_tells_apart_only_what_differs():
+    import importlib.util
+
+    path = SCRIPT.parent / "purejaxrl_minatar.py"
+    spec = importlib.util.spec_from_file_location("purejaxrl_minatar", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    same = [6.0, 6.5, 6.0, 8.7, 6.5]
+    assert module.permutation_p(same, list(reversed(same)), rounds=2000) == 1.0
+    apart = module.permutation_p([1.0, 1.1, 1.2, 1.3, 1.4], [5.0, 5.1, 5.2, 5.3, 5.4], rounds=2000)
+    assert apart < 0.02   # 2 of the 252 splits are as far apart: p = 0.008
+    # The 10 Breakout seeds of benchmarks/README.md (row c'): the script's p for them.
+    ours = [5.98, 6.49, 5.98, 6.48, 6.49, 8.64, 5.96, 5.97, 5.99, 8.86]
+    theirs = [6.44, 6.44, 6.47, 6.48, 5.97, 5.97, 5.96, 8.92, 6.49, 6.48]
+    assert 0.6 < module.permutation_p(ours, theirs) < 0.8
