@@ -56,3 +56,22 @@ def test_go1_hands_mujoco_warp_an_elliptic_cone_and_the_c_engine_its_pyramidal_o
         check_supported(m)
     env = Go1VelocityEnv(2, num_threads=1, randomization=None)
     assert env.model.opt.cone == mujoco.mjtCone.mjCONE_PYRAMIDAL
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--robots", "0"], "--robots must be between 1 and 4096"),
+    (["--lone", "64,RL"], "--lone takes ROBOT,FOOT with ROBOT in 0..63"),
+    (["--lone", "3,hand"], "FOOT one of FR, FL, RR, RL"),
+    (["--lone", "x"], "--lone takes ROBOT,FOOT"),
+    (["--crop", "0"], "--crop must be between 1 and 1000 cells"),
+    (["--nconmax", "-1"], "--nconmax must be between 1 and 65536"),
+    (["--margin", "nan"], "--margin must be between 0 and 0.1 m"),
+])
+def test_the_height_field_check_refuses_bad_arguments_in_one_line_before_it_builds_anything(args, says):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "warp_hfield_check.py"
+    out = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr
