@@ -12,8 +12,10 @@ program; compiling it is timed apart. rl_gpu runs ``rl-gpu train`` (``--compile 
 ``summary.json`` (validations and the final evaluation excluded).
 
 Return at equal steps: the mean return of the episodes that ended in the last tenth of the updates (each side's
-own training episodes, sampled actions), per seed; the table gives each seed and the IQM. No sticky actions
-(gymnax's ports have none; rl_gpu's default, MinAtar's, is 0.1) and 1,000-step limits on both sides.
+own training episodes, sampled actions), per seed; the table gives each seed and the IQM, and with 4 or more
+seeds a side the share of random relabellings of the pooled seeds whose IQMs lie as far apart (a permutation
+test). No sticky actions (gymnax's ports have none; rl_gpu's default, MinAtar's, is 0.1) and 1,000-step limits on
+both sides.
 
     OMP_NUM_THREADS=1 python benchmarks/purejaxrl_minatar.py ../shared/peers/purejaxrl --jax-python JAX/bin/python \\
         --games Breakout SpaceInvaders --seeds 0 1 2 --total-timesteps 1000000
