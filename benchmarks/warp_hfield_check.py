@@ -30,10 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def lone_sphere(model, qpos, robot: int, foot: str, crop: int | None):
-    """A model holding only the terrain's height field (all of it, or ``crop`` cells each side of the foot) and one
-    free sphere with ``foot``'s size, margin, condim, priority and friction where that foot of ``robot`` stands."""
+    """The spec of a model holding only the terrain's height field (all of it, or ``crop`` cells each side of the
+    foot) and one free sphere with ``foot``'s size, margin, condim, priority and friction where that foot of ``robot``
+    stands."""
     import mujoco
-    import numpy as np
 
     data = mujoco.MjData(model)
     data.qpos[:] = qpos[robot]
@@ -62,7 +62,7 @@ def lone_sphere(model, qpos, robot: int, foot: str, crop: int | None):
     body.add_geom(name=foot, type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[float(g.size[0]), 0, 0], mass=0.1,
                   margin=float(g.margin[0]), condim=int(g.condim[0]), priority=int(g.priority[0]),
                   friction=g.friction.tolist())
-    return spec, np.asarray(spec.compile().qpos0)
+    return spec
 
 
 def main() -> int:
@@ -115,8 +115,8 @@ def main() -> int:
     lay = env.layout
     qpos, qvel = physics[:, lay.qpos], physics[:, lay.qvel]
     if lone is not None:
-        spec, start = lone_sphere(model, qpos, *lone, args.crop)
-        lone_model = spec.compile()
+        lone_model = lone_sphere(model, qpos, *lone, args.crop).compile()
+        start = lone_model.qpos0
         data = mujoco.MjData(lone_model)
         mujoco.mj_forward(lone_model, data)
         print(f"one sphere like robot {lone[0]}'s {lone[1]} foot on the terrain's height field "
