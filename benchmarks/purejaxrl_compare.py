@@ -59,11 +59,15 @@ PUREJAXRL_CONFIG = {
 """PureJaxRL's own CartPole settings, with N, T, epochs and minibatches those compared (``TOTAL_TIMESTEPS``
 comes from ``--total-timesteps``)."""
 
-JAX_PRELUDE = textwrap.dedent("""
+JAX_START = textwrap.dedent("""
     import json, sys, time
     args = json.loads(sys.argv[1])
     sys.path[:0] = args["path"]
     import jax
+""")
+"""The JAX side's imports and its arguments (JSON, ``args``; ``path``: the folders to import from)."""
+
+JAX_COMPILE = textwrap.dedent("""
     import ppo  # PureJaxRL's ppo.py, unmodified
     config = dict(args["config"])
     rng = jax.random.PRNGKey(args["seed"])
@@ -71,6 +75,7 @@ JAX_PRELUDE = textwrap.dedent("""
     train = jax.jit(ppo.make_train(dict(config))).lower(rng).compile()
     compile_s = time.perf_counter() - start
 """)
+JAX_PRELUDE = JAX_START + JAX_COMPILE
 """The JAX side's start: its arguments (JSON: ``path``, ``config``, ``seed``), PureJaxRL's training compiled as
 ``train`` (``compile_s`` seconds)."""
 

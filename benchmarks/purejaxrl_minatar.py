@@ -15,10 +15,19 @@ Return at equal steps: the mean return of the episodes that ended in the last te
 own training episodes, sampled actions), per seed; the table gives each seed and the IQM, and with 4 or more
 seeds a side the share of random relabellings of the pooled seeds whose IQMs lie as far apart (a permutation
 test). No sticky actions (gymnax's ports have none; rl_gpu's default, MinAtar's, is 0.1) and 1,000-step limits on
-both sides.
+both sides (gymnax ends an episode at its limit as a termination, rl_gpu as a truncation it bootstraps).
+
+The game: gymnax 0.0.9's SpaceInvaders differs from MinAtar's (rl_gpu's is MinAtar's, tested against the ``minatar``
+package) in two rules: its first wave has 4 x 7 aliens (columns 2-8; MinAtar's and every later wave: 4 x 6), and
+an enemy bullet is checked against the cannon's column before the cannon moves (MinAtar: after). With ``--rules
+minatar`` (the default) the JAX side runs gymnax's port with both rules set to MinAtar's (the port's
+``reset_env`` and ``step_agent`` replaced in that process, PureJaxRL's files untouched), and before training the
+script checks the two games equal: 16 episodes' worth of random actions stepped on both, every observation,
+reward and episode end compared (exit 2 on the first difference). ``--rules gymnax`` runs the port as it is.
+Breakout's rules are the same in both.
 
     OMP_NUM_THREADS=1 python benchmarks/purejaxrl_minatar.py ../shared/peers/purejaxrl --jax-python JAX/bin/python \\
-        --games Breakout SpaceInvaders --seeds 0 1 2 --total-timesteps 1000000
+        --games Breakout SpaceInvaders --seeds 0 1 2 --total-timesteps 1000000 [--rules minatar|gymnax]
 """
 
 from __future__ import annotations
@@ -35,7 +44,15 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from purejaxrl_compare import JAX_PRELUDE, check_jax, default_core, pinned, run_jax  # noqa: E402
+from purejaxrl_compare import (  # noqa: E402
+    JAX_COMPILE,
+    JAX_START,
+    check_jax,
+    default_core,
+    missing,
+    pinned,
+    run_jax,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = {"LR": 5e-4, "NUM_ENVS": 64, "NUM_STEPS": 128, "UPDATE_EPOCHS": 4, "NUM_MINIBATCHES": 8, "GAMMA": 0.99,
@@ -45,7 +62,48 @@ IDS = {game: (f"{game}-MinAtar", f"MinAtar-{game}-v1?sticky_action_prob=0")
        for game in ("Breakout", "SpaceInvaders", "Asterix", "Freeway")}
 """gymnax's id and ours per game; gymnax's MinAtar ports have no sticky actions, so ours run without them here."""
 
-JAX_DRIVER = JAX_PRELUDE + textwrap.dedent("""
+MINATAR_RULES = textwrap.dedent("""
+    if args["rules"] == "minatar":
+        import jax.numpy as jnp
+        from gymnax.environments.minatar import space_invaders as si
+        _reset_env, _step_agent = si.MinSpaceInvaders.reset_env, si.step_agent
+
+        def reset_env(self, key, params):
+            # MinAtar's first wave: rows 0-3, columns 2-7 (gymnax 0.0.9 fills columns 2-8).
+            _, state = _reset_env(self, key, params)
+            state = state.replace(alien_map=jnp.zeros((10, 10)).at[0:4, 2:8].set(1))
+            return self.get_obs(state), state
+
+        def step_agent(action, state, params):
+            # MinAtar checks an enemy bullet in the bottom row against the cannon's column after it moves.
+            moved = _step_agent(action, state, params)
+            return moved.replace(terminal=jnp.logical_or(state.terminal, moved.e_bullet_map[9, moved.pos]))
+
+        si.MinSpaceInvaders.reset_env, si.step_agent = reset_env, step_agent
+""")
+"""Set gymnax's SpaceInvaders to MinAtar's rules in the JAX process (``args["rules"] == "minatar"``); gymnax's
+``step_env`` looks ``step_agent`` up in its module at each trace, so the replacement is what gets compiled."""
+
+CHECK_DRIVER = JAX_START + MINATAR_RULES + textwrap.dedent("""
+    import gymnax
+    import numpy as np
+    actions = np.load(args["actions"])                     # [T, K]
+    env, params = gymnax.make(args["env"])
+    key, *keys = jax.random.split(jax.random.PRNGKey(0), actions.shape[1] + 1)
+    obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.numpy.stack(keys), params)
+    step = jax.jit(jax.vmap(env.step, in_axes=(0, 0, 0, None)))
+    frames, rewards, dones = [np.asarray(obs, bool)], [], []
+    for t in range(actions.shape[0]):
+        keys = jax.random.split(jax.random.fold_in(key, t), actions.shape[1])
+        obs, state, reward, done, _ = step(keys, state, jax.numpy.asarray(actions[t]), params)
+        frames.append(np.asarray(obs, bool)); rewards.append(np.asarray(reward)); dones.append(np.asarray(done))
+    np.savez_compressed(args["out"], obs=np.stack(frames), reward=np.stack(rewards), done=np.stack(dones))
+    print(json.dumps({"steps": int(actions.shape[0])}))
+""")
+"""Step gymnax's port (auto-resetting) with the given actions from its start, saving every observation (the reset
+one first), reward and episode end."""
+
+JAX_DRIVER = JAX_START + MINATAR_RULES + JAX_COMPILE + textwrap.dedent("""
     import numpy as np
     start = time.perf_counter()
     out = jax.block_until_ready(train(rng))
@@ -63,7 +121,8 @@ JAX_DRIVER = JAX_PRELUDE + textwrap.dedent("""
 
 def run_purejaxrl(args, path: list[str], game: str, seed: int) -> dict:
     config = {**CONFIG, "ENV_NAME": IDS[game][0], "TOTAL_TIMESTEPS": args.total_timesteps}
-    result = run_jax(args.jax_python, args.core, JAX_DRIVER, {"path": path, "config": config, "seed": seed})
+    result = run_jax(args.jax_python, args.core, JAX_DRIVER,
+                     {"path": path, "config": config, "seed": seed, "rules": args.rules})
     return {"seconds": result["run_s"], "compile_s": result["compile_s"], "final_return": result["final_return"],
             "transitions": result["transitions"]}
 
@@ -97,6 +156,46 @@ def run_rl_gpu(args, workdir: Path, game: str, seed: int) -> dict:
             "transitions": updates * c["NUM_ENVS"] * c["NUM_STEPS"]}
 
 
+def check_same_game(args, path: list[str], workdir: Path, game: str, envs: int = 16, steps: int = 1000) -> int:
+    """Step gymnax's port (under ``--rules``) and rl_gpu's env with the same random actions (fire twice as likely
+    as each other action, so waves get cleared) and exit 2 at the first observation, reward or episode end that
+    differs; returns the number of episodes that ended. Only for games without random draws (SpaceInvaders:
+    which alien shoots is decided by the board), where equal actions must give equal games."""
+    import numpy as np
+    import torch
+
+    from rl_gpu.envs.registry import make
+
+    rng = np.random.default_rng(0)
+    actions = rng.choice(4, size=(steps, envs), p=[0.2, 0.2, 0.2, 0.4]).astype(np.int32)
+    np.save(workdir / "actions.npy", actions)
+    run_jax(args.jax_python, args.core, CHECK_DRIVER, {"path": path, "rules": args.rules, "env": IDS[game][0],
+                                                        "actions": str(workdir / "actions.npy"),
+                                                        "out": str(workdir / "gymnax.npz")})
+    theirs = np.load(workdir / "gymnax.npz")
+    env = make(IDS[game][1], num_envs=envs, device="cpu", seed=0)
+    obs = env.reset(seed=0).obs
+
+    def differ(what: str, t: int, ours, gymnax) -> None:
+        rows = np.flatnonzero((np.asarray(ours) != np.asarray(gymnax)).reshape(envs, -1).any(1))
+        missing(f"{game}: gymnax's port under --rules {args.rules} differs from rl_gpu's env in the {what} at "
+                f"step {t} (environments {rows.tolist()[:8]}); the side by side would compare two games")
+
+    for t in range(steps + 1):
+        if not np.array_equal(obs.numpy().astype(bool), theirs["obs"][t]):
+            differ("observation", t, obs.numpy().astype(bool), theirs["obs"][t])
+        if t == steps:
+            break
+        result = env.step(torch.as_tensor(actions[t], dtype=torch.long))
+        done = (result.terminated | result.truncated).numpy()
+        if not np.array_equal(result.reward.numpy(), theirs["reward"][t]):
+            differ("reward", t + 1, result.reward.numpy(), theirs["reward"][t])
+        if not np.array_equal(done, theirs["done"][t]):
+            differ("episode end", t + 1, done, theirs["done"][t])
+        obs = result.obs
+    return int(theirs["done"].sum())
+
+
 def iqm(values: list[float]) -> float:
     """Interquartile mean (the middle half; all of them for fewer than 4)."""
     v = sorted(values)
@@ -125,6 +224,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--total-timesteps", type=int, default=1_000_000)
     parser.add_argument("--core", type=int, default=default_core())
     parser.add_argument("--compile", default="off", choices=["off", "inductor"], help="rl_gpu's compile mode")
+    parser.add_argument("--rules", default="minatar", choices=["minatar", "gymnax"],
+                        help="SpaceInvaders' rules on the JAX side: MinAtar's (default; checked equal to rl_gpu's "
+                             "before training) or gymnax 0.0.9's port as it is")
     args = parser.parse_args(argv)
     per_update = CONFIG["NUM_ENVS"] * CONFIG["NUM_STEPS"]
     if args.total_timesteps < per_update:
@@ -133,7 +235,12 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         path = check_jax(args.purejaxrl, args.jax_python, workdir)
-        print(f"{args.total_timesteps:,} steps per run, core {args.core}, load {os.getloadavg()[0]:.2f}")
+        if "SpaceInvaders" in args.games and args.rules == "minatar":
+            ended = check_same_game(args, path, workdir, "SpaceInvaders")
+            print(f"SpaceInvaders: gymnax's port under MinAtar's rules equals rl_gpu's env over 16 x 1,000 random "
+                  f"steps ({ended} episodes), observations, rewards and episode ends")
+        print(f"{args.total_timesteps:,} steps per run, core {args.core}, load {os.getloadavg()[0]:.2f}, "
+              f"SpaceInvaders rules {args.rules}")
         rows = []
         for game in args.games:
             for i, seed in enumerate(args.seeds):

@@ -99,8 +99,11 @@ ONEDNN_FROM = 32768
 tanh in its epilogue (:func:`_onednn_linear_tanh`); below it the call's fixed cost is more than it saves."""
 
 
-USE_ONEDNN = True
-"""Let eager CPU Linear + tanh layers take :func:`_onednn_linear_tanh` (a switch for benchmarks and tests)."""
+USE_ONEDNN = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+"""Let eager CPU Linear + tanh layers take :func:`_onednn_linear_tanh` (a switch for benchmarks and tests). On by
+default where ATen's CPU kernels use AVX-512: there oneDNN's fused call beats the sigmoid form, while on an
+AVX2-only CPU its call is the slower of the two at every shape the MLPs here run (``benchmarks/cpu_tanh.py
+--linear``)."""
 
 
 @functools.cache

@@ -39,12 +39,7 @@ def test_a_missing_interpreter_is_refused(tmp_path):
 
 
 def test_the_minatar_side_by_sides_permutation_test_tells_apart_only_what_differs():
-    import importlib.util
-
-    path = SCRIPT.parent / "purejaxrl_minatar.py"
-    spec = importlib.util.spec_from_file_location("purejaxrl_minatar", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _minatar_module()
     same = [6.0, 6.5, 6.0, 8.7, 6.5]
     assert module.permutation_p(same, list(reversed(same)), rounds=2000) == 1.0
     apart = module.permutation_p([1.0, 1.1, 1.2, 1.3, 1.4], [5.0, 5.1, 5.2, 5.3, 5.4], rounds=2000)
@@ -53,3 +48,57 @@ def test_the_minatar_side_by_sides_permutation_test_tells_apart_only_what_differ
     ours = [5.98, 6.49, 5.98, 6.48, 6.49, 8.64, 5.96, 5.97, 5.99, 8.86]
     theirs = [6.44, 6.44, 6.47, 6.48, 5.97, 5.97, 5.96, 8.92, 6.49, 6.48]
     assert 0.6 < module.permutation_p(ours, theirs) < 0.8
+
+
+def _minatar_module():
+    spec = importlib.util.spec_from_file_location("purejaxrl_minatar", SCRIPT.parent / "purejaxrl_minatar.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("corrupt", [None, "reward", "done", "obs"])
+def test_the_minatar_game_check_refuses_the_first_difference(tmp_path, monkeypatch, capsys, corrupt):
+    """The check before SpaceInvaders' side by side compares every observation, reward and episode end with what
+    the JAX side saved; here the JAX side is replaced by rl_gpu's own env (equal: it passes), then by that with
+    one value changed (it exits 2 naming the step)."""
+    import argparse
+
+    import numpy as np
+    import torch
+
+    from rl_gpu.envs.registry import make
+
+    module = _minatar_module()
+    for driver in (module.MINATAR_RULES, module.CHECK_DRIVER, module.JAX_DRIVER):
+        compile(driver, "<jax side>", "exec")
+
+    def fake_run_jax(python, core, driver, payload):
+        assert driver is module.CHECK_DRIVER and payload["env"] == "SpaceInvaders-MinAtar"
+        actions = np.load(payload["actions"])
+        env = make(module.IDS["SpaceInvaders"][1], num_envs=actions.shape[1], seed=5)
+        frames, rewards, dones = [env.reset(seed=5).obs.numpy().astype(bool)], [], []
+        for a in actions:
+            r = env.step(torch.as_tensor(a, dtype=torch.long))
+            frames.append(r.obs.numpy().astype(bool))
+            rewards.append(r.reward.numpy())
+            dones.append((r.terminated | r.truncated).numpy())
+        saved = {"obs": np.stack(frames), "reward": np.stack(rewards), "done": np.stack(dones)}
+        if corrupt == "obs":
+            saved["obs"][40, 3, 9, 0, 0] ^= True
+        elif corrupt is not None:
+            saved[corrupt][39, 2] = not saved[corrupt][39, 2] if corrupt == "done" else 7.0
+        np.savez(payload["out"], **saved)
+        return {"steps": len(actions)}
+
+    monkeypatch.setattr(module, "run_jax", fake_run_jax)
+    args = argparse.Namespace(jax_python="python", core=0, rules="minatar")
+    if corrupt is None:
+        assert module.check_same_game(args, [], tmp_path, "SpaceInvaders", envs=4, steps=120) > 0
+        return
+    with pytest.raises(SystemExit) as exit_info:
+        module.check_same_game(args, [], tmp_path, "SpaceInvaders", envs=4, steps=120)
+    assert exit_info.value.code == 2
+    what = {"obs": "observation", "reward": "reward", "done": "episode end"}[corrupt]
+    assert f"differs from rl_gpu's env in the {what} at step 40 (environments [{3 if corrupt == 'obs' else 2}])" \
+        in capsys.readouterr().err

@@ -161,13 +161,15 @@ def test_fused_linear_tanh_is_the_sigmoid_form_bit_for_bit_with_tanh_gradients(l
 
 
 @pytest.mark.parametrize("lead", [(1024,), (8, 70)])
-def test_onednn_linear_tanh_matches_tanh_of_linear_in_value_and_gradient(lead):
+def test_onednn_linear_tanh_matches_tanh_of_linear_in_value_and_gradient(lead, monkeypatch):
     """From ONEDNN_FROM output elements the fused node's forward is oneDNN's linear + tanh, with and without
-    gradients (the MLP's no-grad form too), within float32 rounding of ``tanh(F.linear)``."""
+    gradients (the MLP's no-grad form too), within float32 rounding of ``tanh(F.linear)``. Switched on here
+    whatever this CPU's default (an AVX2-only CPU leaves it off)."""
     from rl_gpu.nn import cpu_kernels as layers
 
     if not layers._onednn_available():
         pytest.skip("this torch build cannot run oneDNN's fused linear")
+    monkeypatch.setattr(layers, "USE_ONEDNN", True)
     g = torch.Generator().manual_seed(len(lead))
     x = (torch.randn(*lead, 64, generator=g)).requires_grad_()
     weight = (torch.randn(64, 64, generator=g) * 0.2).requires_grad_()
