@@ -103,16 +103,24 @@ class ComposedActorCritic(nn.Module):
     def _encode(self, x: Tensor, critic_obs: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """The encoders' outputs for preprocessed ``x`` (``[..., *O]``); the critic's is None where it reads a
         ``critic`` group that was not given."""
-        a = self.actor_encoder(x)
+        return self.actor_encoder(x), self._encode_critic(x, critic_obs)
+
+    def _encode_critic(self, x: Tensor, critic_obs: Tensor | None) -> Tensor | None:
+        """The critic encoder's output for preprocessed ``x`` (None: it reads a ``critic`` group not given)."""
         if not self.critic_obs_dim:
-            return a, self.critic_encoder(x)
+            return self.critic_encoder(x)
         if critic_obs is None:
-            return a, None
+            return None
         privileged = to_float(critic_obs)
         if self.critic_obs_rms is not None:
             privileged = self.critic_obs_rms(privileged)
         flat = x.reshape(*leading_dims(x, self.obs_shape), self.obs_dim)
-        return a, self.critic_encoder(torch.cat([flat, privileged], dim=-1))
+        return self.critic_encoder(torch.cat([flat, privileged], dim=-1))
+
+    def _check_state(self, state: Tensor | None) -> None:
+        if self.memory_size and state is None:
+            raise ValueError("this policy has memory: call act_with_state / value_with_state with its state "
+                             "(initial_state(n) for fresh episodes)")
 
     def _features(self, obs: Tensor, state: Tensor | None,
                   critic_obs: Tensor | None = None) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -120,9 +128,7 @@ class ComposedActorCritic(nn.Module):
         a, c = self._encode(self.preprocess(obs), critic_obs)
         if self.memory_size == 0:
             return a, c, None
-        if state is None:
-            raise ValueError("this policy has memory: call act_with_state / value_with_state with its state "
-                             "(initial_state(n) for fresh episodes)")
+        self._check_state(state)
         a, a_state = self._remember(self.actor_memory, a, state[:, 0])
         c_state = state[:, 1]  # held where the critic has no input
         if c is not None:
@@ -192,9 +198,14 @@ class ComposedActorCritic(nn.Module):
         return PolicyOutput(action, log_prob, self._value(c, a.shape[0], a.device)), after
 
     def value_with_state(self, obs: Tensor, state: Tensor | None, critic_obs: Tensor | None = None) -> Tensor:
-        """``[N]`` V(obs) for a policy in ``state`` (the state before ``obs``)."""
-        a, c, _ = self._features(obs, state, critic_obs)
-        return self._value(c, a.shape[0], a.device)
+        """``[N]`` V(obs) for a policy in ``state`` (the state before ``obs``): the critic's branch alone (the
+        collectors ask this of every step's final observation)."""
+        self._check_state(state)
+        x = self.preprocess(obs)
+        c = self._encode_critic(x, critic_obs)
+        if self.memory_size and c is not None:
+            c, _ = self._remember(self.critic_memory, c, state[:, 1])
+        return self._value(c, x.shape[0], x.device)
 
     def sequence_step(self, a_in: Tensor, c_in: Tensor, state: Tensor, start: Tensor,
                       initial: Tensor, hold: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:

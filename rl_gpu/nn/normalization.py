@@ -17,8 +17,21 @@ from rl_gpu.runtime.distributed import merge_moments
 
 def to_float(x: Tensor) -> Tensor:
     """``x`` as float32: observations of ``uint8``/``bool`` groups (kept so in storage) enter a network here;
-    float32 ones pass unchanged, with no copy."""
-    return x if x.dtype == torch.float32 else x.float()
+    float32 ones pass unchanged, with no copy. An eager CPU bool tensor is read as its bytes (0 or 1, the same
+    values): ATen's CPU cast from bool runs several times slower than the one from uint8."""
+    if x.dtype == torch.float32:
+        return x
+    if not torch.jit.is_scripting() and x.dtype == torch.bool and x.device.type == "cpu" and _eager(x):
+        x = x.view(torch.uint8)
+    return x.float()
+
+
+@torch.jit.unused
+def _eager(x):  # unannotated: TorchScript reads an unannotated argument as a Tensor
+    """Outside a compile, an export, a trace and a functorch transform (where the cast stays the plain one:
+    portable, and fused where compiled)."""
+    return not (torch.compiler.is_compiling() or torch.jit.is_tracing()
+                or torch._C._functorch.is_functorch_wrapped_tensor(x))
 
 class RunningMeanStd(nn.Module):
     """Running mean and variance of observations (Chan et al.'s parallel merge), kept as buffers so they travel

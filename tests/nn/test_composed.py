@@ -143,3 +143,39 @@ def test_a_sequence_replayed_from_its_recorded_state_gives_back_its_log_probs_an
     assert entropy.shape == (10, 5) and bool((entropy > 0).all())
     log_prob.sum().backward()  # through time, into the memory's weights
     assert policy.actor_memory.weight_hh.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("memory, critic_obs_dim", [(0, 0), (8, 0), (0, 3), (8, 3)])
+def test_value_runs_the_critics_branch_alone_and_equals_the_full_pass(memory, critic_obs_dim):
+    """``value`` / ``value_with_state`` (every step's V(final_obs) in collection) give the values of the whole
+    forward pass without running the actor's encoder or memory; bool frames enter as their 0/1 values."""
+    torch.manual_seed(0)
+    net = ComposedActorCritic((5, 5, 2), num_actions=3, hidden_sizes=(16,), memory_size=memory,
+                              critic_obs_dim=critic_obs_dim)
+    obs = torch.rand(6, 5, 5, 2) < 0.3
+    critic = torch.randn(6, critic_obs_dim) if critic_obs_dim else None
+    state = net.initial_state(6) + 0.1 * torch.randn(6, 2, memory) if memory else None
+    calls = []
+    net.actor_encoder.register_forward_hook(lambda *_: calls.append("actor"))
+    _, c, _ = net._features(obs.float(), state, critic)
+    full = net._value(c, 6, obs.device)
+    calls.clear()
+    value = net.value_with_state(obs, state, critic) if memory else net.value(obs, critic_obs=critic)
+    assert calls == []
+    torch.testing.assert_close(value, full, rtol=0, atol=0)
+    if memory:
+        with pytest.raises(ValueError, match="has memory"):
+            net.value_with_state(obs, None, critic)
+    if critic_obs_dim:   # without the critic group: zero values, as the full pass reports
+        assert torch.equal(net.value_with_state(obs, state, None), torch.zeros(6))
+
+
+def test_bool_observations_become_the_same_floats_eager_compiled_and_scripted():
+    from rl_gpu.nn.normalization import to_float
+
+    obs = torch.rand(4, 10, 10, 6) < 0.2
+    expected = obs.to(torch.float32)
+    for out in (to_float(obs), torch.compile(to_float, backend="eager")(obs), torch.jit.script(to_float)(obs),
+                to_float(obs.to(torch.uint8)), to_float(expected)):
+        assert out.dtype == torch.float32 and torch.equal(out, expected)
+    assert to_float(expected) is expected
