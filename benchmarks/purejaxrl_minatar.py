@@ -239,8 +239,8 @@ def main(argv: list[str] | None = None) -> None:
             ended = check_same_game(args, path, workdir, "SpaceInvaders")
             print(f"SpaceInvaders: gymnax's port under MinAtar's rules equals rl_gpu's env over 16 x 1,000 random "
                   f"steps ({ended} episodes), observations, rewards and episode ends")
-        print(f"{args.total_timesteps:,} steps per run, core {args.core}, load {os.getloadavg()[0]:.2f}, "
-              f"SpaceInvaders rules {args.rules}")
+        rules = f", SpaceInvaders under {args.rules}'s rules" if "SpaceInvaders" in args.games else ""
+        print(f"{args.total_timesteps:,} steps per run, core {args.core}, load {os.getloadavg()[0]:.2f}{rules}")
         rows = []
         for game in args.games:
             for i, seed in enumerate(args.seeds):
