@@ -33,6 +33,7 @@ def _eager(x):  # unannotated: TorchScript reads an unannotated argument as a Te
     return not (torch.compiler.is_compiling() or torch.jit.is_tracing()
                 or torch._C._functorch.is_functorch_wrapped_tensor(x))
 
+
 class RunningMeanStd(nn.Module):
     """Running mean and variance of observations (Chan et al.'s parallel merge), kept as buffers so they travel
     with ``state_dict`` and checkpoints."""
