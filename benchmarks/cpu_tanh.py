@@ -12,7 +12,6 @@ import argparse
 import time
 
 import torch
-from torch.nn import functional as F
 
 from rl_gpu.nn import cpu_kernels
 from rl_gpu.nn.cpu_kernels import Tanh, _tanh_by_sigmoid, _TanhBySigmoid
@@ -62,8 +61,7 @@ def linear_forms(rounds: int = 3) -> None:
         onednn, sigmoid = [], []
         for _ in range(rounds):
             onednn.append(median_us(lambda v: cpu_kernels._onednn_linear_tanh(v, w, b), x, calls=50))
-            sigmoid.append(median_us(lambda v: torch.sigmoid(F.linear(v, 2.0 * w, 2.0 * b)).mul_(2.0).sub_(1.0), x,
-                                     calls=50))
+            sigmoid.append(median_us(lambda v: cpu_kernels._sigmoid_linear_tanh(v, w, b), x, calls=50))
         ratio = sorted(onednn)[rounds // 2] / sorted(sigmoid)[rounds // 2]
         print(f"[{rows}, {inputs}] -> 64: oneDNN {', '.join(f'{t:.0f}' for t in onednn)} us, sigmoid form "
               f"{', '.join(f'{t:.0f}' for t in sigmoid)} us (oneDNN / sigmoid form, medians: {ratio:.2f})")
