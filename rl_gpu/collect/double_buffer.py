@@ -32,7 +32,7 @@ from rl_gpu.core.pytree import children, is_leaf, rebuild, tree_map, tree_stack
 from rl_gpu.core.types import Actor, FunctionalEnv
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.envs.base import EnvState
-from rl_gpu.runtime.compile import CompileMode, compile_unit
+from rl_gpu.runtime.compile import CompileMode, compile_unit, env_simd
 
 
 def double_buffer_refusal(env: object, *, episodic: bool, recurrent: bool, asynchronous: bool,
@@ -97,7 +97,7 @@ class DoubleBufferedEngine(RolloutEngine):
         # A host-stepped environment (MuJoCo's C engine: spec.functional False) steps eagerly; its policy compiles.
         advance_mode = compile if env.spec.functional else "off"
         self._advance = [compile_unit(partial(rollout_advance, policy, self.opponent, env, episodic=False,
-                                              rows=rows), advance_mode) for rows in self.halves]
+                                              rows=rows), advance_mode, simd=env_simd(env)) for rows in self.halves]
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="rl_gpu-double-buffer")
 
     @torch.no_grad()

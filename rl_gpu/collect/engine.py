@@ -27,7 +27,7 @@ from rl_gpu.envs.base import EnvState
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
 from rl_gpu.nn.memory import is_recurrent, reset_state
-from rl_gpu.runtime.compile import CompileMode, compile_unit
+from rl_gpu.runtime.compile import CompileMode, compile_unit, env_simd
 
 
 class RolloutNoise(NamedTuple):
@@ -254,7 +254,7 @@ class RolloutEngine:
         self.deterministic = deterministic
         self.compile = compile
         step = partial(rollout_step, policy, self.opponent, env, deterministic=deterministic, episodic=episodic)
-        self._step = compile_unit(step, compile)
+        self._step = compile_unit(step, compile, simd=env_simd(env))
         value = policy.value_with_state if self.recurrent else policy.value
         self._value = compile_unit(value, compile) if not episodic else None
 

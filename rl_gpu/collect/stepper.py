@@ -13,7 +13,7 @@ from torch import Tensor
 
 from rl_gpu.core.types import FunctionalEnv
 from rl_gpu.envs.base import EnvState
-from rl_gpu.runtime.compile import CompileMode, GraphedFunction, compile_unit
+from rl_gpu.runtime.compile import CompileMode, GraphedFunction, compile_unit, env_simd
 
 
 def _pick_slot(pool_field: Tensor, slot: Tensor) -> Tensor:
@@ -66,7 +66,7 @@ class EnvStepper:
         if not env.autoreset:
             raise ValueError("EnvStepper needs an auto-resetting environment")
         self.env, self.chunk, self.slots = env, chunk, slots
-        fn = compile_unit(partial(step_chunk, env), compile)
+        fn = compile_unit(partial(step_chunk, env), compile, simd=env_simd(env))
         self._run = GraphedFunction(fn) if compile == "cudagraphs" else fn
         self.reused = torch.zeros((), dtype=torch.long, device=env.device)
 

@@ -22,7 +22,7 @@ from rl_gpu.core.pytree import tree_stack
 from rl_gpu.core.types import StepResult, VecEnv
 from rl_gpu.data.episodes import episode_metrics as summarise_episodes
 from rl_gpu.nn.squashed import SquashedActor
-from rl_gpu.runtime.compile import compile_unit
+from rl_gpu.runtime.compile import compile_unit, env_simd
 
 
 class CollectNoise(NamedTuple):
@@ -114,7 +114,7 @@ class TransitionCollector:
         self._steps = {}
         if self.functional:
             self._steps = {flag: compile_unit(partial(transition_step, policy, env, flag, self.correlation),
-                                              compile) for flag in (False, True)}
+                                              compile, simd=env_simd(env)) for flag in (False, True)}
         spec, t, n, device = env.spec, num_steps, env.num_envs, env.device
         self.noise_state = torch.zeros(n, *spec.action_shape, device=device)
         """``[N, D]`` the exploration noise of each environment's last policy step (zeros at first)."""

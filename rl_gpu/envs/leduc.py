@@ -92,6 +92,7 @@ class LeducHoldem(TensorEnv[LeducState]):
 
     obs_shape = (OBS_SIZE,)
     num_actions = 3
+    compile_simd = False  # integer game logic (TensorEnv.compile_simd)
     num_players = 2
     max_episode_steps = None
     max_game_length = MAX_GAME_LENGTH

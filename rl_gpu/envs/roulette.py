@@ -59,6 +59,7 @@ class RussianRouletteVectorized(TensorEnv[RouletteState]):
 
     obs_shape = (6,)
     num_actions = 3
+    compile_simd = False  # integer game logic (TensorEnv.compile_simd)
     num_players = 2
     max_episode_steps = None
     max_game_length = MAX_GAME_LENGTH

@@ -52,11 +52,27 @@ def resolve_compile(mode: str, device: torch.device | str) -> str:
     return mode
 
 
-def compile_unit(fn: F, mode: str) -> F:
+SCALAR_CPU_KERNELS = {"cpp.simdlen": 1}
+"""Inductor options of a unit that steps an environment declaring ``compile_simd = False``: its CPU kernels are
+plain loops, not SIMD ones. A grid game's step is integer and boolean work over rows (counters, masks, one-hot
+cells, gathers at per-row indices, reductions over a small grid); Inductor vectorises such loops along the rows,
+with a gathered load per lane and a scalar tail over short inner sizes, and those kernels ran several times slower
+than the same loops unvectorised, and slower than eager ATen (benchmarks/README.md, the compiled environment
+step). Float environments and the policy's layers keep SIMD kernels. CUDA kernels (Triton) are not affected."""
+
+
+def env_simd(env: Any) -> bool:
+    """Whether a compiled unit that steps ``env`` keeps Inductor's SIMD CPU kernels (``env.compile_simd``,
+    default True)."""
+    return bool(getattr(env, "compile_simd", True))
+
+
+def compile_unit(fn: F, mode: str, *, simd: bool = True) -> F:
     """``fn`` itself (``off``) or compiled with Inductor for static shapes (every other mode).
 
     ``fullgraph=True``: a unit that would break the graph (a host read, a data-dependent shape) fails loudly
-    instead of silently falling back to eager code.
+    instead of silently falling back to eager code. ``simd`` False: CPU kernels without SIMD
+    (:data:`SCALAR_CPU_KERNELS`; a unit stepping an environment passes :func:`env_simd`).
     """
     if mode == "off":
         return fn
@@ -66,7 +82,8 @@ def compile_unit(fn: F, mode: str) -> F:
         from rl_gpu.runtime.inductor_passes import INDUCTOR_OPTIONS
     except ImportError:  # torch < 2.6 has no cacheable custom passes; the units compile without the pass
         INDUCTOR_OPTIONS = {}
-    return torch.compile(_own_code(fn), dynamic=False, fullgraph=True, options=dict(INDUCTOR_OPTIONS))
+    options = {**INDUCTOR_OPTIONS, **({} if simd else SCALAR_CPU_KERNELS)}
+    return torch.compile(_own_code(fn), dynamic=False, fullgraph=True, options=options)
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -50,6 +50,7 @@ class MinAtarEnv(TensorEnv[S]):
     max_episode_steps = 1000
     params_type = MinAtarParams
     minimal_actions: str = ACTIONS
+    compile_simd = False  # boolean grids and integer counters (TensorEnv.compile_simd)
 
     def __init__(self, *args, **kwargs) -> None:
         self.num_actions = len(self.minimal_actions)

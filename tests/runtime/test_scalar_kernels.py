@@ -1,0 +1,67 @@
+"""Units that step an integer or boolean grid game compile without SIMD CPU kernels (``TensorEnv.compile_simd``),
+and give the eager step's results exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl_gpu.collect.engine import RolloutEngine
+from rl_gpu.envs.registry import make
+from rl_gpu.nn.actor_critic import UniformRandomPolicy
+from rl_gpu.runtime import compile as compile_module
+from rl_gpu.runtime.compile import SCALAR_CPU_KERNELS, compile_unit, env_simd
+
+
+def test_grid_games_declare_scalar_kernels_and_float_tasks_keep_simd():
+    assert not env_simd(make("MinAtar-Breakout-v1", num_envs=2))
+    assert not env_simd(make("MinAtar-SpaceInvaders-v1?sticky_action_prob=0", num_envs=2))  # a built subclass
+    assert not env_simd(make("RussianRoulette-v0", num_envs=2))
+    assert env_simd(make("CartPole-v1", num_envs=2))
+    assert env_simd(object())  # anything without the attribute: Inductor's default
+
+
+def test_the_rollout_step_of_a_grid_game_compiles_with_scalar_options(monkeypatch):
+    seen = []
+
+    def fake_compile(fn, **kwargs):
+        seen.append(kwargs["options"])
+        return fn
+
+    monkeypatch.setattr(compile_module.torch, "compile", fake_compile)
+    policy = UniformRandomPolicy()
+    RolloutEngine(policy, make("MinAtar-Breakout-v1", num_envs=2), 4, episodic=True, compile="inductor")
+    RolloutEngine(policy, make("CartPole-v1", num_envs=2), 4, episodic=True, compile="inductor")
+    assert all(seen[0][k] == v for k, v in SCALAR_CPU_KERNELS.items())
+    assert not any(k in seen[1] for k in SCALAR_CPU_KERNELS)
+
+
+def _compiled_equals_eager(env_id: str, episodes_end: bool = True) -> None:
+    env = make(env_id, num_envs=16, seed=1, validate_actions=False)
+    step = compile_unit(env.step_state, "inductor", simd=env_simd(env))
+    eager_state = compiled_state = env.state
+    g = torch.Generator().manual_seed(2)
+    ends = 0
+    for _ in range(60):
+        legal = env.timestep(eager_state).action_mask.float()
+        action = torch.multinomial(legal, 1, generator=g)[:, 0]
+        reset = env.draw_starts(16)
+        eager_state, a = env.step_state(eager_state, action, reset)
+        compiled_state, b = step(compiled_state, action, reset)
+        for x, y in zip((*eager_state.inner, *eager_state[1:]), (*compiled_state.inner, *compiled_state[1:])):
+            assert torch.equal(x, y)
+        for name in ("obs", "final_obs", "reward", "terminated", "truncated", "episode_return", "episode_length"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+        ends += int((a.terminated | a.truncated).sum())
+    assert (ends > 0) == episodes_end  # the comparison crossed episode ends (auto-resets)
+
+
+def test_a_scalar_compiled_minatar_step_equals_the_eager_one():
+    _compiled_equals_eager("MinAtar-Breakout-v1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", ["MinAtar-Asterix-v1", "MinAtar-Freeway-v1", "MinAtar-Seaquest-v1",
+                                    "MinAtar-SpaceInvaders-v1", "RussianRoulette-v0", "LeducHoldem-v0"])
+def test_other_scalar_compiled_steps_equal_the_eager_ones(env_id):
+    _compiled_equals_eager(env_id, episodes_end=env_id != "MinAtar-Freeway-v1")  # Freeway: 2,500 frames
