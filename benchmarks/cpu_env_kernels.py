@@ -17,6 +17,7 @@ import time
 
 import torch
 
+from rl_gpu.core.errors import UsageError
 from rl_gpu.envs.registry import make
 from rl_gpu.runtime.compile import compile_unit, env_simd
 
@@ -51,12 +52,33 @@ def time_form(env, fn, actions, resets) -> float:
     return (time.perf_counter() - start) / len(actions) * 1e6
 
 
+MAX_NUM_ENVS = 65_536
+"""The largest batch timed (a step's inputs for every timed step are drawn up front)."""
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, in one line (exit 2), what cannot be timed, before anything compiles."""
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    for n in args.num_envs:
+        if not 1 <= n <= MAX_NUM_ENVS:
+            parser.error(f"--num-envs must be between 1 and {MAX_NUM_ENVS:,}, got {n:,}")
+    for env_id in args.ids:
+        try:
+            env = make(env_id, num_envs=1, seed=0)
+        except (UsageError, ValueError, TypeError) as e:
+            parser.error(f"--ids {env_id}: {str(e).splitlines()[0]}")
+        if not env.spec.functional:
+            parser.error(f"--ids {env_id}: steps in a host engine, not in tensors; only tensor environments compile")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ids", nargs="+", default=list(DEFAULT_IDS))
     parser.add_argument("--num-envs", nargs="+", type=int, default=[64, 4096])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
+    check_args(parser, args)
     torch.set_num_threads(1)
     print("| id | N | eager us/step | SIMD compiled | plain loops compiled | SIMD / eager | loops / eager | declared |")
     print("| --- | ---: | --- | --- | --- | ---: | ---: | --- |")

@@ -58,7 +58,8 @@ plain loops, not SIMD ones. A grid game's step is integer and boolean work over 
 cells, gathers at per-row indices, reductions over a small grid); Inductor vectorises such loops along the rows,
 with a gathered load per lane and a scalar tail over short inner sizes, and those kernels ran several times slower
 than the same loops unvectorised, and slower than eager ATen (benchmarks/README.md, the compiled environment
-step). Float environments and the policy's layers keep SIMD kernels. CUDA kernels (Triton) are not affected."""
+step). Float tasks keep SIMD kernels: their steps gain less than the policy's layers, compiled in the same unit,
+lose as plain loops. CUDA kernels (Triton) are not affected."""
 
 
 def env_simd(env: Any) -> bool:

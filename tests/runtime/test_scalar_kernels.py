@@ -65,3 +65,16 @@ def test_a_scalar_compiled_minatar_step_equals_the_eager_one():
                                     "MinAtar-SpaceInvaders-v1", "RussianRoulette-v0", "LeducHoldem-v0"])
 def test_other_scalar_compiled_steps_equal_the_eager_ones(env_id):
     _compiled_equals_eager(env_id, episodes_end=env_id != "MinAtar-Freeway-v1")  # Freeway: 2,500 frames
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--rounds", "0"], "--rounds must be at least 1"),
+    (["--num-envs", "0"], "--num-envs must be between 1 and 65,536"),
+    (["--ids", "CartPole-v9"], "unknown environment id"),
+    (["--ids", "Ant-v5"], "only tensor environments compile"),
+])
+def test_the_kernel_benchmark_refuses_what_it_cannot_time_in_one_line(benchmark_script, capsys, args, says):
+    with pytest.raises(SystemExit) as e:
+        benchmark_script("cpu_env_kernels").main(args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and says in err and "Traceback" not in err
