@@ -39,6 +39,10 @@ from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
 from rl_gpu.nn.memory import is_recurrent, reset_state
 
+EPISODES_CHECK_EVERY = 16
+"""With ``record="episodes"``, every this many steps one host read asks whether any row's episode is still on, and
+the collection ends when none is (an evaluation of short episodes does not play out the whole horizon)."""
+
 
 @torch.no_grad()
 def collect(
@@ -77,7 +81,8 @@ def collect(
             (default: all; :func:`rl_gpu.collect.agents.collect_agents`, which collects them).
         record: ``"rollout"``: every step; ``"episodes"`` (episodic mode; evaluation): an
             :class:`~rl_gpu.data.episodes.EpisodeTally` of each row's episode only, with the same actions and
-            outcomes and none of the ``[T, N, ...]`` storage (nor the values that only learning needs).
+            outcomes and none of the ``[T, N, ...]`` storage (nor the values that only learning needs); it stops
+            early once every row's episode has ended (:data:`EPISODES_CHECK_EVERY`).
         opponent_state: M > 1 agents, continuing mode: an opponent with memory's state at the first step (the
             previous rollout's ``opponent_state``; :func:`rl_gpu.collect.agents.collect_agents`).
     """
@@ -108,7 +113,10 @@ def collect(
     initial = policy.initial_state(n) if recurrent else None
     state = initial if episodic or policy_state is None else policy_state
     state0 = state
-    for _ in range(num_steps):
+    for t in range(num_steps):
+        if not keep and t % EPISODES_CHECK_EVERY == 0 and t > 0 and not bool(live.any()):
+            # Every row's episode has ended: the steps left would only be padding, which a tally ignores.
+            break
         learner_turn = step.current_player == learner_seat
         if recurrent:
             out, after = policy.act_with_state(step.obs, state, step.action_mask, policy_rng, deterministic,

@@ -5,7 +5,7 @@ of replay transitions and of population members are one function's."""
 import pytest
 import torch
 
-from rl_gpu.collect.reference import collect, episode_horizon, tally_rollout
+from rl_gpu.collect.reference import EPISODES_CHECK_EVERY, collect, episode_horizon, tally_rollout
 from rl_gpu.data.episodes import EpisodeTally, episode_metrics
 from rl_gpu.envs.registry import make
 from rl_gpu.nn.actor_critic import policy_for_env
@@ -16,7 +16,8 @@ def _policy(env):
     return policy_for_env(env.spec, hidden_sizes=(16,))
 
 
-@pytest.mark.parametrize("env_id,steps", [("CartPole-v1", 20), ("RussianRoulette-v0", None), ("Pendulum-v1", None)])
+@pytest.mark.parametrize("env_id,steps", [("CartPole-v1", 20), ("CartPole-v1", None), ("RussianRoulette-v0", None),
+                                          ("Pendulum-v1", None)])
 def test_the_tally_is_the_rollout_without_its_steps(env_id, steps):
     outcomes = []
     for record in ("rollout", "episodes"):
@@ -32,6 +33,20 @@ def test_the_tally_is_the_rollout_without_its_steps(env_id, steps):
         assert torch.equal(a, b)
     if steps is not None:  # CartPole cut at 20 steps: some rows never ended, and count as return 0
         assert 0 < int(lean.ended.sum()) < 64 and (lean.episode_return[~lean.ended] == 0).all()
+
+
+def test_the_tally_stops_once_every_episode_has_ended(monkeypatch):
+    """An untrained CartPole policy's episodes end within a few dozen of the 500 steps: the tally stops at the first
+    check after the last one ends, with the outcomes of the whole horizon (the test above)."""
+    env = make("CartPole-v1", num_envs=16, seed=3)
+    policy, steps = _policy(env), []
+    step = env.step
+    monkeypatch.setattr(env, "step", lambda action: (steps.append(1), step(action))[1])
+    tally = collect(policy, env, episode_horizon(env), torch.Generator().manual_seed(1), episodic=True,
+                    record="episodes")
+    assert bool(tally.ended.all())
+    longest = int(tally.episode_length.max())
+    assert longest < 100 and len(steps) == -(-longest // EPISODES_CHECK_EVERY) * EPISODES_CHECK_EVERY
 
 
 def test_the_tally_is_for_complete_episodes_only():

@@ -33,7 +33,7 @@ from rl_gpu.algos.schedules import LRSchedule, adapt_to_kl
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.memory import is_recurrent
-from rl_gpu.nn.normalization import ValueNormalizer
+from rl_gpu.nn.normalization import ValueNormalizer, to_float
 from rl_gpu.runtime.compile import compile_unit
 from rl_gpu.runtime.distributed import all_reduce_grads_, all_reduce_mean
 
@@ -61,6 +61,9 @@ class UpdateMetrics:
 MINIBATCH_ROW = ("loss", *LOSS_STATS, "grad_norm")
 """What each minibatch adds to the update's totals, in order."""
 
+FRAME_FIELDS = ("obs", "critic_obs")
+"""The :class:`FlatBatch` fields that hold observations (which :meth:`UpdateUnits.gather_frames` may gather)."""
+
 LossFn = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 """A minibatch loss as :func:`~rl_gpu.algos.ppo.loss.ppo_loss` is one: ``(policy, mb, config, scale) -> (loss,
 stats)`` with :data:`~rl_gpu.algos.ppo.loss.LOSS_STATS` among the stats."""
@@ -75,11 +78,15 @@ def _gae_unit(gamma: float, gae_lambda: float, reward_scale: float, batch: Rollo
 
 
 def _loss_unit(policy: nn.Module, config: PPOConfig, autocast: tuple[str, torch.dtype | None], loss_fn: LossFn,
-               flat: FlatBatch, idx: Tensor, scale: MinibatchScale | None = None) -> tuple[Tensor, Tensor]:
+               flat: FlatBatch, idx: Tensor, scale: MinibatchScale | None = None,
+               gathered: dict[str, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """``(loss, stats [len(LOSS_STATS)])`` of the minibatch ``idx`` (``[M]`` int64 slot indices) of ``flat``, or,
     with ``scale``, of one micro-batch of the minibatch whose scale it is. ``autocast``: ``(device type, dtype)``
-    of mixed precision (:mod:`rl_gpu.algos.precision`; dtype None: fp32)."""
-    mb = {k: (_rows(v, idx) if v is not None else None) for k, v in flat._asdict().items()}
+    of mixed precision (:mod:`rl_gpu.algos.precision`; dtype None: fp32). ``gathered``: fields of the minibatch
+    already gathered (:meth:`UpdateUnits.gather_frames`), used in place of ``flat``'s."""
+    gathered = gathered or {}
+    mb = {k: gathered[k] if k in gathered else (_rows(v, idx) if v is not None else None)
+          for k, v in flat._asdict().items()}
     if autocast[1] is None:
         loss, stats = loss_fn(policy, mb, config, scale)
     else:
@@ -160,6 +167,18 @@ class UpdateUnits:
         self.sequence_loss = partial(sequence_loss, policy, config, step=step)
         self.params = [p for p in policy.parameters() if p.requires_grad]
 
+    def gather_frames(self, flat: FlatBatch, idx: Tensor) -> dict[str, Tensor]:
+        """The minibatch ``idx``'s observation fields stored as ``bool``/``uint8`` (frames), gathered and cast
+        to float32 eagerly, for a compiled loss on the CPU; ``{}`` otherwise (the loss gathers them itself).
+
+        Inductor's CPU code for a row gather of boolean frames fused with their cast to float runs several times
+        slower than ATen's row copy and its cast from bytes (benchmarks/HISTORY.md section 45); the float values
+        are the same (:func:`~rl_gpu.nn.normalization.to_float`), and only one minibatch exists as floats."""
+        if self.mode == "off" or idx.device.type != "cpu":
+            return {}
+        return {k: to_float(v.index_select(0, idx)) for k in FRAME_FIELDS
+                if (v := getattr(flat, k)) is not None and v.dtype in (torch.bool, torch.uint8)}
+
     def backward(self, loss: Tensor) -> None:
         (loss if self.scaler is None else self.scaler.scale_loss(loss)).backward()
 
@@ -233,7 +252,8 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
             idx = permutations[epoch, start:start + mb_size]
             optimizer.zero_grad(set_to_none=True)
             if splits == 1:
-                loss, stats = loss_of(data, idx)
+                loss, stats = (loss_of(data, idx) if loss_of is not units.loss
+                               else loss_of(data, idx, None, units.gather_frames(data, idx)))
                 units.backward(loss)
             else:
                 # Micro-batches: each one's loss is its share of the minibatch's (same denominators and
@@ -241,7 +261,7 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
                 scale = units.scale(data, idx)
                 loss, stats = 0.0, 0.0
                 for part in idx.tensor_split(splits):
-                    part_loss, part_stats = units.loss(data, part, scale)
+                    part_loss, part_stats = units.loss(data, part, scale, units.gather_frames(data, part))
                     units.backward(part_loss)
                     loss, stats = loss + part_loss.detach(), stats + part_stats
             if units.kl_schedule is not None:
