@@ -21,7 +21,14 @@ import torch
 from torch import Tensor, nn
 
 from rl_gpu.algos.anchor import Anchor
-from rl_gpu.algos.optim import clip_global_grad_norm, clip_grad_norm, set_learning_rate, undoable_step
+from rl_gpu.algos.optim import (
+    clip_global_grad_norm,
+    clip_grad_norm,
+    fused_adam_ready,
+    fused_adam_steps,
+    set_learning_rate,
+    undoable_step,
+)
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.loss import LOSS_STATS, MinibatchScale, explained_variance, minibatch_scale, ppo_loss
 from rl_gpu.algos.ppo.batch import FlatBatch, flatten_batch
@@ -187,7 +194,12 @@ class UpdateUnits:
             if self.anchor is not None:
                 self.anchor.add_grad()
             grad_norm = clip_global_grad_norm(self.params, self.config.max_grad_norm)
-            undoable_step(self.optimizer, self.params, keep)
+            if keep is None and fused_adam_ready(self.optimizer):
+                # The same fused kernel as optimizer.step(), without the Python around it (several times the
+                # kernel's time for small networks, once per minibatch).
+                fused_adam_steps([self.optimizer])
+            else:
+                undoable_step(self.optimizer, self.params, keep)
             return grad_norm
         # fp16: every rank unscales the same averaged gradients, so all of them skip (or take) the same steps.
         grads = [p.grad for p in self.params if p.grad is not None]

@@ -1,12 +1,14 @@
-"""A compiled PPO update on the CPU gathers a minibatch's boolean/uint8 frames and casts them eagerly
-(:meth:`rl_gpu.algos.ppo.update.UpdateUnits.gather_frames`): the same floats, the same update as eager code."""
+"""The PPO update's CPU fast paths give what the plain code gives: a compiled loss on the CPU gathers a minibatch's
+boolean/uint8 frames and casts them eagerly (:meth:`rl_gpu.algos.ppo.update.UpdateUnits.gather_frames`), and
+fused Adam steps without ``optimizer.step()``'s Python (:func:`rl_gpu.algos.optim.fused_adam_steps`)."""
 
 import pytest
 import torch
 
+from rl_gpu.algos.ppo import update as update_module
 from rl_gpu.algos.ppo.batch import flatten_batch
 from rl_gpu.algos.ppo.config import PPOConfig
-from rl_gpu.algos.ppo.update import UpdateUnits
+from rl_gpu.algos.ppo.update import UpdateUnits, draw_permutations, run_update
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.actor_critic import ActorCritic
 
@@ -25,11 +27,11 @@ def _rollout(obs: torch.Tensor) -> Rollout:
                    episode_length=torch.zeros(T, N, dtype=torch.long), all_weights_one=True)
 
 
-def _units(mode: str) -> UpdateUnits:
+def _units(mode: str, epochs: int = 1) -> UpdateUnits:
     torch.manual_seed(0)
     policy = ActorCritic(O, A, (16,))
-    return UpdateUnits(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), PPOConfig(update_epochs=1,
-                                                                                          num_minibatches=2), mode)
+    config = PPOConfig(update_epochs=epochs, num_minibatches=2)
+    return UpdateUnits(policy, torch.optim.Adam(policy.parameters(), lr=1e-3), config, mode)
 
 
 @pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.float32])
@@ -64,3 +66,28 @@ def test_a_compiled_loss_on_boolean_frames_equals_the_eager_one():
     torch.testing.assert_close(c_stats, stats, rtol=1e-5, atol=1e-6)
     for a, b in zip(grads, c_grads):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+def test_the_fused_adam_step_equals_optimizer_step_bit_for_bit(monkeypatch):
+    batch = _rollout(torch.rand(T, N, O, generator=torch.Generator().manual_seed(0)) < 0.2)
+    permutations = draw_permutations(T * N, 3, torch.Generator().manual_seed(2), torch.device("cpu"))
+    runs, steps, real = [], [], update_module.fused_adam_steps
+    for fast in (True, False):
+        with monkeypatch.context() as patch:
+            if not fast:
+                patch.setattr(update_module, "fused_adam_ready", lambda optimizer: False)
+            else:
+                patch.setattr(update_module, "fused_adam_steps",
+                              lambda optimizers: (steps.append(1), real(optimizers)))
+            units = _units("off", epochs=3)
+            units.optimizer = torch.optim.Adam(units.policy.parameters(), lr=torch.tensor(1e-3), eps=1e-5,
+                                               fused=True)
+            metrics = run_update(units, batch, permutations, weighted=False).as_floats()
+        runs.append((metrics, units.policy, units.optimizer))
+    (metrics, policy, optimizer), (slow_metrics, slow_policy, slow_optimizer) = runs
+    assert len(steps) == 3 * 2 - 1  # every step but the first (no moments yet: optimizer.step() makes them)
+    assert metrics == slow_metrics
+    for p, q in zip(policy.parameters(), slow_policy.parameters()):
+        assert torch.equal(p, q)
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(optimizer.state[p][name], slow_optimizer.state[q][name]), name
