@@ -16,8 +16,9 @@ from rl_gpu.envs.minatar.breakout import BreakoutEnv  # noqa: E402
 from rl_gpu.envs.minatar.freeway import FreewayEnv  # noqa: E402
 from rl_gpu.envs.minatar.seaquest import SeaquestEnv  # noqa: E402
 from rl_gpu.envs.minatar.space_invaders import SpaceInvadersEnv  # noqa: E402
+from rl_gpu.envs.random_draws import hash_uniform  # noqa: E402
 from rl_gpu.envs.testing import check_env, check_reference_parity, stack_rows  # noqa: E402
-from rl_gpu.envs.testing.minatar_reference import reference_for  # noqa: E402
+from rl_gpu.envs.testing.minatar_reference import reference_for, row_uniforms  # noqa: E402
 
 GAMES = [BreakoutEnv, SpaceInvadersEnv, FreewayEnv, AsterixEnv, SeaquestEnv]
 
@@ -215,6 +216,16 @@ def test_registered_ids_frames_and_the_contract(env_id, cls, channels, actions, 
     assert env.spec.obs_dtypes == {"policy": "bool"} and env.spec.max_episode_steps == limit
     reports = check_env(cls, num_envs=6, num_steps=40, seed=3)
     assert all(r.transitions > 0 for r in reports.values())
+
+
+def test_the_references_row_draws_are_hash_uniforms():
+    """The reference computes our draws one row at a time in plain integers: the same numbers as the tensor hash."""
+    g = torch.Generator().manual_seed(0)
+    keys = torch.cat([torch.randint(0, 2**32, (200,), generator=g), torch.tensor([0, 2**32 - 1])])
+    counters = torch.cat([torch.randint(0, 5000, (200,), generator=g), torch.tensor([2**32 - 1, 0])])
+    for stream, size in ((0, 1), (1, 3), (2, 16), (7, 2)):
+        rows = np.stack([row_uniforms(int(k), int(c), stream, size) for k, c in zip(keys, counters)])
+        assert np.array_equal(rows, hash_uniform(keys, counters, stream, size).numpy())
 
 
 def test_bad_parameters_are_refused():
