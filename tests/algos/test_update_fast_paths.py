@@ -91,3 +91,12 @@ def test_the_fused_adam_step_equals_optimizer_step_bit_for_bit(monkeypatch):
         assert torch.equal(p, q)
         for name in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(optimizer.state[p][name], slow_optimizer.state[q][name]), name
+
+
+@pytest.mark.parametrize("args, says", [(["--rounds", "0"], "--rounds must be at least 1"),
+                                        (["--obs-size", "0"], "--obs-size must be between 1 and 4,096")])
+def test_the_frame_update_benchmark_refuses_what_it_cannot_time_in_one_line(benchmark_script, capsys, args, says):
+    with pytest.raises(SystemExit) as e:
+        benchmark_script("frame_update").main(args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and says in err and "Traceback" not in err
