@@ -1,6 +1,7 @@
 """benchmarks/purejaxrl_compare.py says what is missing, and exits 2, before it measures anything."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,19 @@ def test_the_minatar_side_by_sides_permutation_test_tells_apart_only_what_differ
     ours = [5.98, 6.49, 5.98, 6.48, 6.49, 8.64, 5.96, 5.97, 5.99, 8.86]
     theirs = [6.44, 6.44, 6.47, 6.48, 5.97, 5.97, 5.96, 8.92, 6.49, 6.48]
     assert 0.6 < module.permutation_p(ours, theirs) < 0.8
+
+
+def test_a_compiled_runs_compile_time_is_its_first_updates_excess(tmp_path):
+    """rl_gpu's compile is timed apart as PureJaxRL's is: the first update's time beyond the median update's."""
+    module = _minatar_module()
+    lines = [{"update": 0, "validation": {"score": 0.0}},
+             {"update": 1, "collect_seconds": 6.0, "update_seconds": 7.0},
+             *({"update": u, "collect_seconds": 0.2, "update_seconds": t} for u, t in ((2, 0.3), (3, 0.4), (4, 0.2)))]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    assert module.compile_seconds(metrics) == pytest.approx(13.0 - 0.5)
+    metrics.write_text(json.dumps(lines[1]) + "\n")  # one update: nothing to tell the compile from
+    assert module.compile_seconds(metrics) == 0.0
 
 
 def _minatar_module():
