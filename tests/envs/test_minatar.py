@@ -226,6 +226,9 @@ def test_the_references_row_draws_are_hash_uniforms():
     for stream, size in ((0, 1), (1, 3), (2, 16), (7, 2)):
         rows = np.stack([row_uniforms(int(k), int(c), stream, size) for k, c in zip(keys, counters)])
         assert np.array_equal(rows, hash_uniform(keys, counters, stream, size).numpy())
+    # numpy integers (a reference state's fields) give the same numbers: no int64 overflow in the products
+    assert np.array_equal(row_uniforms(np.int64(2**32 - 1), np.int64(7), 1, 3),
+                          hash_uniform(torch.tensor([2**32 - 1]), torch.tensor([7]), 1, 3)[0].numpy())
 
 
 def test_bad_parameters_are_refused():

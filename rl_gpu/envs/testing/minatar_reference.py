@@ -77,9 +77,9 @@ def _mix32(x: int) -> int:
 def row_uniforms(key: int, counter: int, stream: int, size: int) -> np.ndarray:
     """``[size]`` float64: :func:`~rl_gpu.envs.random_draws.hash_uniform` of one row, in plain integers (the
     reference steps one row at a time, where a tensor call per draw costs far more than the hash; tested equal)."""
-    k, c = key & _M32, counter & _M32
+    k, c = int(key) & _M32, int(counter) & _M32  # Python ints: a numpy int64 product would overflow
     lanes = range(64 * stream, 64 * stream + size)
-    return np.array([_mix32(_mix32(k ^ _mix32(((c * 0x9E3779B1) & _M32) + lane & _M32)) ^ 0x5BD1E995) / 2.0**32
+    return np.array([_mix32(_mix32(k ^ _mix32((((c * 0x9E3779B1) & _M32) + lane) & _M32)) ^ 0x5BD1E995) / 2.0**32
                      for lane in lanes])
 
 
