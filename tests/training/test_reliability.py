@@ -101,10 +101,13 @@ CLI_RUN = ["--env", "CartPole-v1", "--device", "cpu", "--seeds", "5", "--num-env
 
 
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory):
+def reference_run(tmp_path_factory, call_main):
+    from rl_gpu.cli.train import main as train_main
+
+    # Trained in this process; the signal tests' runs, each in a process of its own, must still end equal to it.
     out = tmp_path_factory.mktemp("ref")
-    proc = _cli("--output", str(out), *CLI_RUN)
-    assert proc.returncode == 1, proc.stderr  # goal (1e9) not met: a complete run
+    code, _, err = call_main(train_main, "--output", out, *CLI_RUN)
+    assert code == 1, err  # goal (1e9) not met: a complete run
     return out / "seed-5"
 
 
@@ -172,11 +175,13 @@ def test_sigterm_saves_and_exits_with_a_message(tmp_path, reference_run):
     _assert_same_state(_params(reference_run), _params(out / "seed-5"))
 
 
-def test_resume_refuses_changed_settings_and_missing_runs(tmp_path, reference_run):
-    proc = _cli("--resume", str(reference_run), "--learning-rate", "0.5")
-    assert proc.returncode == 2 and "--learning-rate" in proc.stderr and "Traceback" not in proc.stderr
-    proc = _cli("--resume", str(tmp_path / "nowhere"))
-    assert proc.returncode == 2 and "no such run directory" in proc.stderr
+def test_resume_refuses_changed_settings_and_missing_runs(tmp_path, reference_run, call_main):
+    from rl_gpu.cli.train import main as train_main
+
+    code, _, err = call_main(train_main, "--resume", reference_run, "--learning-rate", "0.5")
+    assert code == 2 and "--learning-rate" in err and "Traceback" not in err
+    code, _, err = call_main(train_main, "--resume", tmp_path / "nowhere")
+    assert code == 2 and "no such run directory" in err
 
 
 class _ExplodingCartPole(CartPoleEnv):
@@ -209,7 +214,9 @@ def test_non_finite_loss_stops_training_and_keeps_last_good_checkpoint(tmp_path)
     assert code == 3
 
 
-def test_checkpoint_of_another_env_or_architecture_is_refused(tmp_path, reference_run):
+def test_checkpoint_of_another_env_or_architecture_is_refused(tmp_path, reference_run, call_main):
+    from rl_gpu.cli.evaluate import main as evaluate_main
+
     payload = load_checkpoint(reference_run / "best.pt")
     other_env = dict(payload, env_id="Acrobot-v1")
     save_checkpoint(tmp_path / "other_env.pt", other_env)
@@ -217,10 +224,9 @@ def test_checkpoint_of_another_env_or_architecture_is_refused(tmp_path, referenc
     save_checkpoint(tmp_path / "other_arch.pt", other_arch)
     for path, needle in [(tmp_path / "other_env.pt", "observes 4 values"),
                          (tmp_path / "other_arch.pt", "usable policy")]:
-        proc = subprocess.run([sys.executable, "-m", "rl_gpu.evaluate", "--checkpoint", str(path), "--device", "cpu",
-                               "--episodes", "4"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 2 and needle in proc.stderr and str(path) in proc.stderr, proc.stderr
-        assert len(proc.stderr.strip().splitlines()) == 1
+        code, _, err = call_main(evaluate_main, "--checkpoint", path, "--device", "cpu", "--episodes", "4")
+        assert code == 2 and needle in err and str(path) in err, err
+        assert len(err.strip().splitlines()) == 1
 
 
 def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
