@@ -245,15 +245,17 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
         size, loss_of, splits, steps = batch.num_envs, units.sequence_loss, 1, data.steps
     else:
         data = steps = flatten_batch(batch, advantage, returns, policy.is_continuous, weighted)
-        size, loss_of = data.returns.shape[0], units.loss
+        size = data.returns.shape[0]
+        splits = micro_batches(size // config.num_minibatches, config)
+
+        def loss_of(flat: FlatBatch, idx: Tensor) -> tuple[Tensor, Tensor]:
+            return units.loss(flat, idx, None, units.gather_frames(flat, idx))
     mb_size = size // config.num_minibatches
     device = batch.reward.device
     keep = torch.ones((), dtype=torch.bool, device=device) if config.target_kl is not None else None
     totals = torch.zeros(len(MINIBATCH_ROW), device=device)
     count = torch.zeros((), device=device)
     kl_index = LOSS_STATS.index("approx_kl")
-    if loss_of is units.loss:
-        splits = micro_batches(mb_size, config)
     # A static count (a Python int): compiled and graph-captured updates stay one fixed sequence of steps.
     steps_left = config.update_epochs * config.num_minibatches if units.max_steps is None else units.max_steps
     for epoch in range(config.update_epochs):
@@ -264,8 +266,7 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
             idx = permutations[epoch, start:start + mb_size]
             optimizer.zero_grad(set_to_none=True)
             if splits == 1:
-                loss, stats = (loss_of(data, idx) if loss_of is not units.loss
-                               else loss_of(data, idx, None, units.gather_frames(data, idx)))
+                loss, stats = loss_of(data, idx)
                 units.backward(loss)
             else:
                 # Micro-batches: each one's loss is its share of the minibatch's (same denominators and
