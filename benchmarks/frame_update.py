@@ -1,16 +1,19 @@
-"""A compiled PPO update on boolean frames on the CPU, three forms alternating in one process: the loss gathering
+"""A compiled PPO update on boolean frames on the CPU, four forms alternating in one process: the loss gathering
 and casting the minibatch's frames itself (inside compiled code), the frames gathered and cast eagerly
-(``UpdateUnits.gather_frames``, the default), and that with fused Adam stepped without ``optimizer.step()``'s
-Python (``fused_adam_steps``, the default).
+(``UpdateUnits.gather_frames``), that with fused Adam stepped without ``optimizer.step()``'s Python
+(``fused_adam_steps``), and that with the frames kept boolean for the first layers' sum of the set cells' weights
+(``rl_gpu.nn.frame_kernels``; all three are the default).
 
 The shape of the PureJaxRL MinAtar comparison (benchmarks/purejaxrl_minatar.py): 64 environments x 128 steps,
 4 epochs of 8 minibatches of 1,024 slots, two 64-64 tanh MLPs on the flattened ``10 x 10 x C`` frames
-(``--obs-size``: 400 is Breakout's, 600 SpaceInvaders'), ``--compile inductor``, one thread. The rollout is random
-(frames 10% set); every form starts from the same weights and the script checks that their first updates give the
-same parameters before timing. Prints milliseconds per update, medians of ``--rounds`` [each round], and the
-ratios to the first form.
+(``--obs-size``: 400 is Breakout's, 600 SpaceInvaders'), ``--compile inductor``, one thread. The rollout's frames
+are random (10% set), or with ``--frames played`` those of 128 steps of the game of that size under random actions
+(after 172 steps from reset); its other fields are random. Every form starts from the same weights and the script
+checks that their first updates give the same parameters (the frame kernel's: to 1e-5, its sums run in another
+order) before timing. Prints milliseconds per update, medians of ``--rounds`` [each round], and the ratios to the
+first form.
 
-    OMP_NUM_THREADS=1 python benchmarks/frame_update.py [--obs-size 600] [--rounds 8]
+    OMP_NUM_THREADS=1 python benchmarks/frame_update.py [--obs-size 600] [--frames random|played] [--rounds 8]
 """
 
 from __future__ import annotations
@@ -25,19 +28,38 @@ from rl_gpu.algos.optim import make_adam
 from rl_gpu.algos.ppo import update as ppo_update
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.data.rollout import Rollout
+from rl_gpu.envs.registry import make
+from rl_gpu.nn import frame_kernels
 from rl_gpu.nn.actor_critic import ActorCritic
 from rl_gpu.nn.cpu_kernels import use_cpu_kernels
 
 T, N, A = 128, 64, 6
-FORMS = {"loss gathers frames": (False, False), "eager frame gather": (True, False),
-         "eager frame gather + fused Adam step": (True, True)}
-"""Each form: (frames gathered eagerly, fused Adam stepped directly)."""
+FORMS = {"loss gathers frames": (False, False, False), "eager frame gather": (True, False, False),
+         "eager frame gather + fused Adam step": (True, True, False),
+         "eager frame gather + fused Adam step + frame kernel": (True, True, True)}
+"""Each form: (frames gathered eagerly, fused Adam stepped directly, boolean frames into the frame kernel)."""
+GAMES = {400: "MinAtar-Breakout-v1", 600: "MinAtar-SpaceInvaders-v1"}
 
 
-def rollout(obs_size: int) -> Rollout:
+def played_frames(obs_size: int) -> torch.Tensor:
+    """``[T, N, obs_size]``: the frames of T steps of the game of that size under random actions, after 172 steps
+    from reset."""
+    env = make(GAMES[obs_size], num_envs=N, device="cpu", seed=0)
+    env.reset()
+    g = torch.Generator().manual_seed(0)
+    frames = []
+    for t in range(172 + T):
+        obs = env.step(torch.randint(0, env.spec.num_actions, (N,), generator=g)).obs
+        if t >= 172:
+            frames.append(obs.reshape(N, -1).clone())
+    return torch.stack(frames)
+
+
+def rollout(obs_size: int, played: bool = False) -> Rollout:
     g = torch.Generator().manual_seed(0)
     false = torch.zeros(T, N, dtype=torch.bool)
-    return Rollout(obs=torch.rand(T, N, obs_size, generator=g) < 0.1, action_mask=torch.ones(T, N, A, dtype=torch.bool),
+    obs = played_frames(obs_size) if played else torch.rand(T, N, obs_size, generator=g) < 0.1
+    return Rollout(obs=obs, action_mask=torch.ones(T, N, A, dtype=torch.bool),
                    action=torch.randint(0, A, (T, N), generator=g), log_prob=torch.full((T, N), -1.79),
                    value=torch.randn(T, N, generator=g), reward=torch.randn(T, N, generator=g),
                    terminated=torch.rand(T, N, generator=g) < 0.01, truncated=false, final_value=torch.zeros(T, N),
@@ -49,19 +71,24 @@ def rollout(obs_size: int) -> Rollout:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--obs-size", type=int, default=600, help="flattened frame size (default 600)")
+    parser.add_argument("--frames", default="random", choices=["random", "played"],
+                        help="random frames (10%% set) or a game's under random actions (default random)")
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if not 1 <= args.obs_size <= 4096:
         parser.error(f"--obs-size must be between 1 and 4,096, got {args.obs_size:,}")
+    if args.frames == "played" and args.obs_size not in GAMES:
+        parser.error(f"--frames played takes --obs-size {' or '.join(map(str, GAMES))} (a game's frames), "
+                     f"got {args.obs_size:,}")
     torch.set_num_threads(1)
-    batch = rollout(args.obs_size)
+    batch = rollout(args.obs_size, args.frames == "played")
     config = PPOConfig(update_epochs=4, num_minibatches=8)
     permutations = ppo_update.draw_permutations(T * N, 4, torch.Generator().manual_seed(1), torch.device("cpu"))
     fused_ready = ppo_update.fused_adam_ready
     units = {}
-    for name, (gather, _) in FORMS.items():
+    for name, (gather, _, _) in FORMS.items():
         torch.manual_seed(0)
         policy = use_cpu_kernels(ActorCritic(args.obs_size, A, (64, 64)))
         optimizer = make_adam(policy.parameters(), torch.tensor(5e-4), torch.device("cpu"))
@@ -71,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def update(name: str) -> float:
         ppo_update.fused_adam_ready = fused_ready if FORMS[name][1] else (lambda optimizer: False)
+        frame_kernels.USE_FRAME_KERNEL = FORMS[name][2]  # read when the form's units compile, and by gather_frames
         start = time.perf_counter()
         ppo_update.run_update(units[name], batch, permutations, weighted=False).loss.item()
         return (time.perf_counter() - start) * 1000
@@ -79,7 +107,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}: compile and first update {update(name) / 1000:.1f} s", flush=True)
     first = [p.detach() for p in units["loss gathers frames"].policy.parameters()]
     for name in FORMS:
-        same = all(torch.equal(p, q) for p, q in zip(first, units[name].policy.parameters()))
+        tolerance = 1e-5 if FORMS[name][2] else 0.0  # the kernel sums in another order than the dense product
+        same = all((p - q).abs().max() <= tolerance for p, q in zip(first, units[name].policy.parameters()))
         if not same:
             raise SystemExit(f"{name}: the first update's parameters differ from the loss gathering its frames")
     times = {name: [] for name in FORMS}
@@ -87,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
         for name in (FORMS if r % 2 == 0 else reversed(list(FORMS))):
             times[name].append(update(name))
     base = statistics.median(times["loss gathers frames"])
-    print(f"\nobs size {args.obs_size}, ms per update, median [rounds]; every form's first update: the same parameters")
+    print(f"\nobs size {args.obs_size}, {args.frames} frames, ms per update, median [rounds]; every form's first "
+          "update: the same parameters (the frame kernel's to 1e-5)")
     print("| form | ms per update | speed-up |\n| --- | --- | ---: |")
     for name, t in times.items():
         print(f"| {name} | {statistics.median(t):,.1f} [{', '.join(f'{x:,.1f}' for x in t)}] | "

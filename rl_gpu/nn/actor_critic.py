@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from rl_gpu.core.types import EnvSpec, PolicyOutput
 from rl_gpu.nn import distributions as D
+from rl_gpu.nn.cpu_kernels import takes_bool_frames
 from rl_gpu.nn.deploy import DeployedActor
 from rl_gpu.nn.layers import mlp
 from rl_gpu.nn.normalization import RunningMeanStd, to_float
@@ -65,9 +66,19 @@ class _ActorCriticBase(nn.Module):
         self.actor = mlp(obs_dim, hidden_sizes, out_size, out_gain=0.01)
 
     def preprocess(self, obs: Tensor) -> Tensor:
-        """The network input: ``obs`` normalised by the running statistics, when enabled."""
+        """The network input: ``obs`` normalised by the running statistics, when enabled; boolean frames stay
+        boolean for networks that take them (:meth:`takes_bool_frames`)."""
+        if obs.dtype == torch.bool and self.takes_bool_frames():
+            return obs
         obs = to_float(obs)
         return self.obs_rms(obs) if self.obs_rms is not None else obs
+
+    def takes_bool_frames(self) -> bool:
+        """Boolean observations enter the actor and critic as they are (their first layers then sum the weights
+        of the set cells, :mod:`rl_gpu.nn.frame_kernels`): both networks take them
+        (:func:`~rl_gpu.nn.cpu_kernels.takes_bool_frames`), with no normaliser and no privileged critic group."""
+        return (self.obs_rms is None and not self.critic_obs_dim and takes_bool_frames(self.actor)
+                and takes_bool_frames(self.critic))
 
     def _critic_value(self, x: Tensor, critic_obs: Tensor | None) -> Tensor:
         """``[...]`` values from the preprocessed policy observation ``x``: the critic on ``x`` itself, on

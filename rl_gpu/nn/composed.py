@@ -93,8 +93,19 @@ class ComposedActorCritic(nn.Module):
 
     # --- the parts, row by row --------------------------------------------------------------------------
 
+    def takes_bool_frames(self) -> bool:
+        """Boolean observations reach both encoders as they are (the encoders' first layers then sum the weights
+        of the set cells, :mod:`rl_gpu.nn.frame_kernels`): MLP encoders that take them, no normaliser, no
+        privileged critic group."""
+        return (self.obs_rms is None and not self.critic_obs_dim
+                and all(getattr(e, "takes_bool_frames", lambda: False)()
+                        for e in (self.actor_encoder, self.critic_encoder)))
+
     def preprocess(self, obs: Tensor) -> Tensor:
-        """``obs`` as float32, normalised by the running statistics when enabled (flattened, then reshaped)."""
+        """``obs`` as float32, normalised by the running statistics when enabled (flattened, then reshaped);
+        boolean frames stay boolean for encoders that take them (:meth:`takes_bool_frames`)."""
+        if obs.dtype == torch.bool and self.takes_bool_frames():
+            return obs
         x = to_float(obs)
         if self.obs_rms is None:
             return x

@@ -7,6 +7,8 @@ parameters, the same ``state_dict``, faster forms on the CPU.
   gradient in the orientation this CPU's BLAS does fast (:class:`_Linear`).
 - :class:`Tanh` computes ``tanh`` as ``2 sigmoid(2x) - 1`` on large CPU inputs, and as a rational approximation
   in code compiled for the CPU.
+- An :class:`MLP` given boolean frames runs its first layer as :func:`rl_gpu.nn.frame_kernels.frame_linear`
+  (the sum of the set cells' weight columns) where that applies, else on the frames as floats.
 
 :func:`plain_modules` undoes the pass (what an export holds). Networks are defined plain (:mod:`rl_gpu.nn.layers`).
 
@@ -22,6 +24,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
+
+from rl_gpu.nn import frame_kernels
+from rl_gpu.nn.normalization import to_float
 
 
 def _tanh_by_sigmoid(x: Tensor) -> Tensor:
@@ -373,10 +378,16 @@ class MLP(nn.Sequential):
     SIGMOID_FROM = Tanh.SIGMOID_FROM
 
     def forward(self, x: Tensor) -> Tensor:
-        if self._sigmoid_form(x):
-            return self._forward_sigmoid_form(x)
         layers = list(self._modules.values())
         i = 0
+        if x.dtype == torch.bool:  # frames, kept as bools for the first layer's sum over their set cells
+            if type(layers[0]) is nn.Linear and frame_kernels.applies(x, layers[0].weight, layers[0].bias):
+                x = frame_kernels.frame_linear(x, layers[0].weight, layers[0].bias)
+                i = 1
+            else:
+                x = to_float(x)
+        if i == 0 and self._sigmoid_form(x):
+            return self._forward_sigmoid_form(x)
         while i < len(layers):
             layer = layers[i]
             if type(layer) is not nn.Linear:
@@ -444,6 +455,13 @@ def stacked_mlp(layers: Sequence[nn.Module], params: Sequence[tuple[Tensor, Tens
     return x
 
 
+
+def takes_bool_frames(network: nn.Module) -> bool:
+    """``network`` may be given boolean frames as they are: an :class:`MLP` starting with a linear layer, which
+    runs it as :func:`rl_gpu.nn.frame_kernels.frame_linear` (the kernel built and allowed on this run's one
+    thread)."""
+    return (type(network) is MLP and len(network) > 0 and type(network[0]) is nn.Linear
+            and frame_kernels.USE_FRAME_KERNEL and frame_kernels.ready())
 
 
 _SEQUENCE_LAYERS = (nn.Linear, nn.Tanh, nn.ReLU)

@@ -9,7 +9,8 @@ H, W, C = an image's height, width and channels (channels last, as MinAtar and G
   layers. With ``channels=(16,)`` and ``hidden_sizes=(128,)`` it is MinAtar's network (Young and Tian, 2019).
 
 An encoder takes observations ``[*B, *O]`` or flat ``[*B, prod(O)]`` (what an export feeds) of any dtype (bool
-and uint8 frames become float32 at the input) and returns ``[*B, F]``; ``out_size`` is F.
+and uint8 frames become float32 at the input, except bool frames into an MLP encoder that takes them as they are,
+:meth:`MLPEncoder.takes_bool_frames`) and returns ``[*B, F]``; ``out_size`` is F.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import torch
 from torch import Tensor, nn
 
+from rl_gpu.nn.cpu_kernels import takes_bool_frames
 from rl_gpu.nn.layers import hidden_layers
 from rl_gpu.nn.normalization import to_float
 
@@ -54,9 +57,14 @@ class MLPEncoder(nn.Module):
         layers, self.out_size = hidden_layers(math.prod(self.obs_shape), hidden_sizes)
         self.layers = nn.Sequential(*layers)
 
+    def takes_bool_frames(self) -> bool:
+        """Boolean observations enter the layers as they are (:func:`~rl_gpu.nn.cpu_kernels.takes_bool_frames`)."""
+        return takes_bool_frames(self.layers)
+
     def forward(self, obs: Tensor) -> Tensor:
         lead = leading_dims(obs, self.obs_shape)
-        return self.layers(to_float(obs).reshape(*lead, -1))
+        x = obs if obs.dtype == torch.bool and self.takes_bool_frames() else to_float(obs)
+        return self.layers(x.reshape(*lead, -1))
 
     def deploy_layers(self) -> nn.Module:
         """The encoder for flat float ``[N, prod(O)]`` input, as plain modules (what an export scripts)."""

@@ -10,7 +10,9 @@ from rl_gpu.algos.ppo.batch import flatten_batch
 from rl_gpu.algos.ppo.config import PPOConfig
 from rl_gpu.algos.ppo.update import UpdateUnits, draw_permutations, run_update
 from rl_gpu.data.rollout import Rollout
+from rl_gpu.nn import frame_kernels
 from rl_gpu.nn.actor_critic import ActorCritic
+from rl_gpu.nn.cpu_kernels import use_cpu_kernels
 
 T, N, O, A = 8, 8, 40, 3
 
@@ -46,21 +48,45 @@ def test_frames_are_gathered_as_floats_only_for_a_compiled_cpu_loss(dtype):
     else:
         assert list(gathered) == ["obs"] and gathered["obs"].dtype == torch.float32
         assert torch.equal(gathered["obs"], frames.flatten(0, 1)[idx].float())
+    # A policy whose first layers sum the set cells' weights (rl_gpu.nn.frame_kernels) gets boolean frames as bools.
+    units = _units("inductor")
+    use_cpu_kernels(units.policy)
+    if dtype != torch.float32:
+        gathered = units.gather_frames(flat, idx)["obs"]
+        assert gathered.dtype == (torch.bool if dtype == torch.bool else torch.float32)
+        assert torch.equal(gathered, frames.flatten(0, 1)[idx].to(gathered.dtype))
 
 
-def test_a_compiled_loss_on_boolean_frames_equals_the_eager_one():
+@pytest.mark.skipif(not frame_kernels.available(), reason="no C compiler to build the frame kernel")
+def test_a_compiled_loss_on_boolean_frames_equals_the_eager_one(monkeypatch):
+    """With the CPU kernels: the frames enter the compiled loss as bools and its first layers are the frame
+    kernel's operator (called in the compiled graph, forward and backward, for the actor and the critic)."""
     g = torch.Generator().manual_seed(3)
     batch = _rollout(torch.rand(T, N, O, generator=g) < 0.2)
     flat = flatten_batch(batch, torch.randn(T, N, generator=g), torch.randn(T, N, generator=g), False, False)
     idx = torch.randperm(T * N, generator=g)[:32]
+    monkeypatch.setattr(frame_kernels, "FRAME_FROM", (1, 1))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    calls = []
+    library = frame_kernels._library()
+
+    class Counting:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(library, name)
+
+    monkeypatch.setattr(frame_kernels, "_library", Counting)
     results = []
     for mode in ("off", "inductor"):
         units = _units(mode)
+        use_cpu_kernels(units.policy)
         gathered = units.gather_frames(flat, idx)
-        assert list(gathered) == ([] if mode == "off" else ["obs"])
+        assert [v.dtype for v in gathered.values()] == ([] if mode == "off" else [torch.bool])
         loss, stats = units.loss(flat, idx, None, gathered)
         loss.backward()
         results.append((loss.detach(), stats, [p.grad for p in units.policy.parameters()]))
+    assert calls == ["rl_gpu_frame_linear"] * 2 + ["rl_gpu_frame_linear_grad"] * 2 + (
+        ["rl_gpu_frame_linear"] * 2 + ["rl_gpu_frame_linear_grad"] * 2)
     (loss, stats, grads), (c_loss, c_stats, c_grads) = results
     torch.testing.assert_close(c_loss, loss, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(c_stats, stats, rtol=1e-5, atol=1e-6)
@@ -94,7 +120,8 @@ def test_the_fused_adam_step_equals_optimizer_step_bit_for_bit(monkeypatch):
 
 
 @pytest.mark.parametrize("args, says", [(["--rounds", "0"], "--rounds must be at least 1"),
-                                        (["--obs-size", "0"], "--obs-size must be between 1 and 4,096")])
+                                        (["--obs-size", "0"], "--obs-size must be between 1 and 4,096"),
+                                        (["--frames", "played", "--obs-size", "500"], "--frames played takes")])
 def test_the_frame_update_benchmark_refuses_what_it_cannot_time_in_one_line(benchmark_script, capsys, args, says):
     with pytest.raises(SystemExit) as e:
         benchmark_script("frame_update").main(args)

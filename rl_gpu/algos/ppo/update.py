@@ -177,14 +177,16 @@ class UpdateUnits:
     def gather_frames(self, flat: FlatBatch, idx: Tensor) -> dict[str, Tensor]:
         """The minibatch ``idx``'s observation fields stored as ``bool``/``uint8`` (frames), gathered and cast
         to float32 eagerly, for a compiled loss on the CPU; ``{}`` otherwise (the loss gathers them itself).
+        Boolean frames stay boolean for a policy that takes them (``takes_bool_frames``).
 
         Inductor's CPU code for a row gather of boolean frames fused with their cast to float runs several times
         slower than ATen's row copy and its cast from bytes (benchmarks/HISTORY.md section 45); the float values
         are the same (:func:`~rl_gpu.nn.normalization.to_float`), and only one minibatch exists as floats."""
         if self.mode == "off" or idx.device.type != "cpu":
             return {}
-        return {k: to_float(v.index_select(0, idx)) for k in FRAME_FIELDS
-                if (v := getattr(flat, k)) is not None and v.dtype in (torch.bool, torch.uint8)}
+        keep_bool = getattr(self.policy, "takes_bool_frames", lambda: False)()
+        return {k: v.index_select(0, idx) if keep_bool and v.dtype == torch.bool else to_float(v.index_select(0, idx))
+                for k in FRAME_FIELDS if (v := getattr(flat, k)) is not None and v.dtype in (torch.bool, torch.uint8)}
 
     def backward(self, loss: Tensor) -> None:
         (loss if self.scaler is None else self.scaler.scale_loss(loss)).backward()

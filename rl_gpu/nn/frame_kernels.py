@@ -1,0 +1,280 @@
+"""A linear layer on boolean frames for the CPU: ``x W^T + b`` summing only the weight columns of the set inputs.
+
+MinAtar's frames (and board encodings) are boolean vectors with a few percent of their entries set; a dense
+product multiplies every zero. For ``x`` ``[R, I]`` of bools (0 or 1),
+
+    (x W^T + b)[r] = b + sum_{c: x[r, c]} W[:, c],       (g^T x)[:, c] = sum_{r: x[r, c]} g[r],
+
+so the forward pass and the weight gradient each add one ``O``-wide row per set entry: ``nnz x O`` additions
+where the dense products take ``R x I x O`` multiply-adds each. ATen has no fast form of either sum (its sparse
+CSR product and ``embedding_bag`` need the set entries' indices, and ``nonzero`` alone costs more than the dense
+product), so a small C kernel scans each row's bytes eight at a time and adds the rows of the set ones. It is
+compiled once per machine with the system's C compiler into the user's cache folder; where there is no compiler
+(or anything about it fails) the layer is ``F.linear`` on the frames as floats, and :func:`available` says so.
+
+:func:`frame_linear` is a custom operator (``rl_gpu::frame_linear``) with its own autograd formula, so compiled
+code (``--compile inductor``) calls it as one opaque node. The sums run in another order than a BLAS product's,
+so results can differ from ``F.linear`` by float32 rounding (tested to 1e-5).
+
+Shape legend: R = rows, I = inputs (frame cells), O = outputs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define RL_GPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define RL_GPU_CLONES
+#endif
+
+/* Runs BODY with c = each set column of row r of x[R, I], the row's bytes read eight at a time (a word of
+   zeros costs one test; a set byte is found with a count of trailing zeros). */
+#define FOR_EACH_SET(BODY)                                                              \
+    {                                                                                   \
+        const uint8_t *xr = x + r * I;                                                  \
+        int64_t c0 = 0;                                                                 \
+        for (; c0 + 8 <= I; c0 += 8) {                                                  \
+            uint64_t word;                                                              \
+            memcpy(&word, xr + c0, 8);                                                  \
+            while (word) {                                                              \
+                int64_t c = c0 + (__builtin_ctzll(word) >> 3);                          \
+                BODY;                                                                   \
+                word &= word - 1;                                                       \
+            }                                                                           \
+        }                                                                               \
+        for (int64_t c = c0; c < I; ++c) if (xr[c]) { BODY; }                           \
+    }
+
+/* The forward pass with O a constant: a row's sums stay in registers. */
+#define FORWARD_OF(N)                                                                                     \
+    static inline void forward_##N(const uint8_t *x, const float *wt, const float *bias, float *out,    \
+                                   int64_t R, int64_t I) {                                              \
+        for (int64_t r = 0; r < R; ++r) {                                                               \
+            float acc[N];                                                                               \
+            for (int k = 0; k < N; ++k) acc[k] = bias[k];                                               \
+            FOR_EACH_SET(for (int k = 0; k < N; ++k) acc[k] += wt[c * N + k])                           \
+            for (int k = 0; k < N; ++k) out[r * N + k] = acc[k];                                        \
+        }                                                                                               \
+    }
+
+/* The weight gradient with O a constant: a row of the gradient stays in registers. */
+#define GRAD_OF(N)                                                                                        \
+    static inline void grad_##N(const uint8_t *x, const float *grad, float *grad_wt, int64_t R,         \
+                                int64_t I) {                                                            \
+        for (int64_t r = 0; r < R; ++r) {                                                               \
+            float g[N];                                                                                 \
+            for (int k = 0; k < N; ++k) g[k] = grad[r * N + k];                                         \
+            FOR_EACH_SET(for (int k = 0; k < N; ++k) grad_wt[c * N + k] += g[k])                        \
+        }                                                                                               \
+    }
+
+FORWARD_OF(16)
+FORWARD_OF(32)
+FORWARD_OF(64)
+GRAD_OF(16)
+GRAD_OF(32)
+GRAD_OF(64)
+
+/* out[R, O] = bias + the sum of the rows c of wt[I, O] with x[r, c] set. */
+RL_GPU_CLONES
+void rl_gpu_frame_linear(const uint8_t *x, const float *wt, const float *bias, float *out,
+                         int64_t R, int64_t I, int64_t O) {
+    switch (O) {
+    case 16: forward_16(x, wt, bias, out, R, I); return;
+    case 32: forward_32(x, wt, bias, out, R, I); return;
+    case 64: forward_64(x, wt, bias, out, R, I); return;
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        float *o = out + r * O;
+        memcpy(o, bias, (size_t)O * sizeof(float));
+        FOR_EACH_SET(for (int64_t k = 0; k < O; ++k) o[k] += wt[c * O + k])
+    }
+}
+
+/* grad_wt[I, O] = the sum of the rows r of grad[R, O] with x[r, c] set. */
+RL_GPU_CLONES
+void rl_gpu_frame_linear_grad(const uint8_t *x, const float *grad, float *grad_wt,
+                              int64_t R, int64_t I, int64_t O) {
+    memset(grad_wt, 0, (size_t)(I * O) * sizeof(float));
+    switch (O) {
+    case 16: grad_16(x, grad, grad_wt, R, I); return;
+    case 32: grad_32(x, grad, grad_wt, R, I); return;
+    case 64: grad_64(x, grad, grad_wt, R, I); return;
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        const float *g = grad + r * O;
+        FOR_EACH_SET(for (int64_t k = 0; k < O; ++k) grad_wt[c * O + k] += g[k])
+    }
+}
+"""
+
+_FLAGS = ["-O3", "-std=c11", "-shared", "-fPIC"]
+
+
+def _cache_dir() -> Path:
+    """The folder the compiled kernel is kept in: ``$RL_GPU_CACHE_DIR``, else ``$XDG_CACHE_HOME/rl_gpu`` or
+    ``~/.cache/rl_gpu``."""
+    if os.environ.get("RL_GPU_CACHE_DIR"):
+        return Path(os.environ["RL_GPU_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rl_gpu"
+
+
+def _private(path: Path, kind: int) -> bool:
+    """``path`` is a real folder or file (``kind``: ``stat.S_IFDIR`` or ``stat.S_IFREG``, not a link) owned by
+    this user that nobody else may write to: a library loaded from it runs as this user."""
+    st = path.lstat()
+    return (stat.S_IFMT(st.st_mode) == kind and st.st_uid == os.getuid()
+            and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    """The compiled kernel, built on the first call (once per machine: the file name holds a hash of the source,
+    flags, compiler and machine); None where it cannot be built or loaded."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None or platform.system() != "Linux" or not hasattr(os, "getuid"):
+        return None
+    key = hashlib.sha256("\0".join([_SOURCE, *_FLAGS, compiler, platform.machine()]).encode()).hexdigest()[:16]
+    try:
+        folder = _cache_dir()
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(folder, stat.S_IFDIR):
+            return None
+        path = folder / f"frame_linear_{key}.so"
+        if not path.exists() and not path.is_symlink():
+            # Built in a folder of its own and moved into place in one step: processes starting together each
+            # build and the last move wins, every one of them a whole library.
+            with tempfile.TemporaryDirectory(dir=folder) as work:
+                src, out = Path(work) / "frame_linear.c", Path(work) / "frame_linear.so"
+                src.write_text(_SOURCE)
+                subprocess.run([compiler, *_FLAGS, str(src), "-o", str(out)], check=True, capture_output=True,
+                               timeout=120)
+                os.replace(out, path)
+        if not _private(path, stat.S_IFREG):
+            return None
+        library = ctypes.CDLL(str(path))
+    except (OSError, RuntimeError, subprocess.SubprocessError):  # RuntimeError: no home folder
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    library.rl_gpu_frame_linear.argtypes = [ptr, ptr, ptr, ptr, i64, i64, i64]
+    library.rl_gpu_frame_linear.restype = None
+    library.rl_gpu_frame_linear_grad.argtypes = [ptr, ptr, ptr, i64, i64, i64]
+    library.rl_gpu_frame_linear_grad.restype = None
+    return library
+
+
+def available() -> bool:
+    """The kernel is built and loaded on this machine (else :func:`frame_linear` runs ``F.linear``)."""
+    return _library() is not None
+
+
+USE_FRAME_KERNEL = True
+"""Let networks take :func:`frame_linear` on boolean frames where it applies (a switch for benchmarks and
+tests)."""
+
+
+@torch.compiler.assume_constant_result
+def ready() -> bool:
+    """The kernel is built and torch runs on one thread (a constant to compiled code: a graph traced with the
+    kernel keeps it if the thread count changes later)."""
+    return torch.get_num_threads() == 1 and available()
+
+
+FRAME_FROM = (128, 256)
+"""The kernel runs from this many inputs (I) and rows (R): below either its call's fixed cost (tens of
+microseconds) is more than the dense product's."""
+
+
+def applies(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
+    """``F.linear(x, weight, bias)`` on boolean ``x`` may run as :func:`frame_linear`: plain float32 CPU tensors
+    (not a functorch transform's wrappers, for which the operator has no rule) of at least ``FRAME_FROM`` inputs
+    and rows, one torch thread (the kernel runs on one), no autocast, outside TorchScript and exports, with the
+    kernel built."""
+    inputs = x.shape[-1] if x.dim() else 0
+    return (USE_FRAME_KERNEL and x.dtype == torch.bool and x.device.type == "cpu" and bias is not None
+            and inputs >= FRAME_FROM[0] and x.numel() // inputs >= FRAME_FROM[1]
+            and weight.dtype == bias.dtype == torch.float32 and weight.device.type == "cpu"
+            and ready() and not torch.is_autocast_enabled("cpu")
+            and not torch.jit.is_tracing() and not torch.jit.is_scripting() and not torch.compiler.is_exporting()
+            and (torch.compiler.is_compiling() or not (torch._C._functorch.is_functorch_wrapped_tensor(x)
+                                                        or torch._C._functorch.is_functorch_wrapped_tensor(weight))))
+
+
+def _rows(x: Tensor) -> Tensor:
+    """``x`` ``[*B, I]`` as contiguous bytes ``[R, I]``."""
+    return x.reshape(-1, x.shape[-1]).contiguous().view(torch.uint8)
+
+
+@torch.library.custom_op("rl_gpu::frame_linear", mutates_args=())
+def _frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    rows, (out_features, in_features) = _rows(x), weight.shape
+    out = torch.empty(rows.shape[0], out_features)
+    wt = weight.detach().t().contiguous()  # [I, O]: one row per input cell
+    bias = bias.detach().contiguous()
+    _library().rl_gpu_frame_linear(rows.data_ptr(), wt.data_ptr(), bias.data_ptr(), out.data_ptr(),
+                                   rows.shape[0], in_features, out_features)
+    return out.view(*x.shape[:-1], out_features)
+
+
+@_frame_linear_op.register_fake
+def _(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    return weight.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+@torch.library.custom_op("rl_gpu::frame_linear_weight_grad", mutates_args=())
+def _weight_grad_op(x: Tensor, grad: Tensor) -> Tensor:
+    rows = _rows(x)
+    g = grad.reshape(-1, grad.shape[-1]).contiguous()
+    grad_wt = torch.empty(rows.shape[1], g.shape[1])
+    _library().rl_gpu_frame_linear_grad(rows.data_ptr(), g.data_ptr(), grad_wt.data_ptr(), rows.shape[0],
+                                        rows.shape[1], g.shape[1])
+    return grad_wt.t().contiguous()
+
+
+@_weight_grad_op.register_fake
+def _(x: Tensor, grad: Tensor) -> Tensor:
+    return grad.new_empty(grad.shape[-1], x.shape[-1])
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    x, _, _ = inputs
+    ctx.save_for_backward(x)
+
+
+def _backward(ctx, grad: Tensor) -> tuple[None, Tensor | None, Tensor | None]:
+    (x,) = ctx.saved_tensors
+    _, needs_weight, needs_bias = ctx.needs_input_grad
+    grad_weight = _weight_grad_op(x, grad) if needs_weight else None
+    grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0) if needs_bias else None
+    return None, grad_weight, grad_bias
+
+
+_frame_linear_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def frame_linear(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """``F.linear(x, weight, bias)`` for boolean ``x`` ``[*B, I]`` (``weight`` ``[O, I]``, ``bias`` ``[O]``):
+    the C kernel where :func:`applies`, else the product of ``x`` as floats. ``[*B, O]``; gradients for the
+    weight and bias (none for ``x``)."""
+    if applies(x, weight, bias):
+        return _frame_linear_op(x, weight, bias)
+    return F.linear(x.to(weight.dtype), weight, bias)

@@ -1,0 +1,142 @@
+"""The boolean-frame linear layer (rl_gpu.nn.frame_kernels): its C kernel's sums equal the dense product's, its
+gradients autograd's, and the networks hand it their frames only where it applies. (Compiled code calling it,
+equal to eager: tests/algos/test_update_fast_paths.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from rl_gpu.nn import frame_kernels as fk
+from rl_gpu.nn.actor_critic import ActorCritic
+from rl_gpu.nn.composed import ComposedActorCritic
+from rl_gpu.nn.cpu_kernels import use_cpu_kernels
+
+pytestmark = pytest.mark.skipif(not fk.available(), reason="no C compiler to build the frame kernel")
+
+
+def frames(rows: int, inputs: int, seed: int = 0, density: float = 0.1) -> torch.Tensor:
+    return torch.rand(rows, inputs, generator=torch.Generator().manual_seed(seed)) < density
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# Every fixed width of the kernel (16, 32, 64) and the generic loop (48, 128); inputs that are not a multiple of
+# the eight bytes read at once (a tail), and rows all set or all clear.
+@pytest.mark.parametrize("inputs,outputs", [(400, 64), (600, 64), (131, 16), (257, 32), (203, 48), (400, 128)])
+def test_forward_and_gradients_equal_the_dense_products(inputs, outputs):
+    x = frames(300, inputs, seed=inputs + outputs)
+    x[0] = True
+    x[1] = False
+    g = torch.Generator().manual_seed(1)
+    weight = torch.randn(outputs, inputs, generator=g, requires_grad=True)
+    bias = torch.randn(outputs, generator=g, requires_grad=True)
+    assert fk.applies(x, weight, bias)
+    y = fk.frame_linear(x, weight, bias)
+    want = F.linear(x.float(), weight, bias)
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=2e-5)
+    grad = torch.randn(300, outputs, generator=g)
+    got_w, got_b = torch.autograd.grad(y, (weight, bias), grad)
+    want_w, want_b = torch.autograd.grad(want, (weight, bias), grad)
+    torch.testing.assert_close(got_w, want_w, rtol=1e-5, atol=5e-5)
+    torch.testing.assert_close(got_b, want_b)
+
+
+def test_leading_dimensions_and_gradients_through_the_custom_operator_check():
+    x = frames(2 * 160, 136).reshape(2, 160, 136)
+    weight = torch.randn(16, 136, dtype=torch.float64)
+    assert not fk.applies(x, weight, torch.zeros(16, dtype=torch.float64))  # float32 only
+    weight, bias = torch.randn(16, 136), torch.randn(16)
+    y = fk.frame_linear(x, weight, bias)
+    assert y.shape == (2, 160, 16)
+    torch.testing.assert_close(y, F.linear(x.float(), weight, bias), rtol=0, atol=1e-5)
+    torch.library.opcheck(fk._frame_linear_op, (x.reshape(-1, 136), weight.requires_grad_(), bias.requires_grad_()))
+
+
+def test_small_layers_threads_and_autocast_take_the_dense_product():
+    weight, bias = torch.randn(8, 400), torch.randn(8)
+    assert fk.applies(frames(256, 400), weight, bias)
+    assert not fk.applies(frames(255, 400), weight, bias)  # too few rows
+    assert not fk.applies(frames(256, 127), torch.randn(8, 127), bias)  # too few inputs
+    assert not fk.applies(frames(256, 400).float(), weight, bias)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not fk.applies(frames(256, 400), weight, bias)
+    torch.set_num_threads(2)
+    assert not fk.applies(frames(256, 400), weight, bias)
+
+
+def test_networks_keep_frames_boolean_only_where_they_take_them():
+    plain = ActorCritic(400, 6, (64, 64))
+    assert not plain.takes_bool_frames()
+    fast = use_cpu_kernels(ActorCritic(400, 6, (64, 64)))
+    assert fast.takes_bool_frames()
+    assert not use_cpu_kernels(ActorCritic(400, 6, (64, 64), normalize_obs=True)).takes_bool_frames()
+    fast.load_state_dict(plain.state_dict())
+    obs = frames(512, 400)
+    assert fast.preprocess(obs).dtype == torch.bool
+    action = torch.randint(0, 6, (512,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for got, want in zip(fast.evaluate(obs, action), plain.evaluate(obs, action)):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    fk.USE_FRAME_KERNEL = False
+    try:  # the kernel switched off: the frames as floats, the same numbers
+        assert not fast.takes_bool_frames() and fast.preprocess(obs).dtype == torch.float32
+        with torch.no_grad():
+            torch.testing.assert_close(fast.value(obs), plain.value(obs), rtol=0, atol=1e-5)
+    finally:
+        fk.USE_FRAME_KERNEL = True
+
+
+def test_the_composed_policy_hands_its_mlp_encoders_the_frames_as_they_are():
+    plain = ComposedActorCritic((10, 10, 4), num_actions=6)
+    fast = use_cpu_kernels(ComposedActorCritic((10, 10, 4), num_actions=6))
+    fast.load_state_dict(plain.state_dict())
+    assert fast.takes_bool_frames() and not plain.takes_bool_frames()
+    assert not use_cpu_kernels(ComposedActorCritic((10, 10, 4), num_actions=6, channels=(16,))).takes_bool_frames()
+    obs = frames(512, 400).reshape(512, 10, 10, 4)
+    assert fast.preprocess(obs).dtype == torch.bool
+    action = torch.randint(0, 6, (512,), generator=torch.Generator().manual_seed(0))
+    for got, want in zip(fast.evaluate(obs, action), plain.evaluate(obs, action)):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+
+@pytest.fixture
+def fresh_build(monkeypatch, tmp_path):
+    """The kernel built again into ``tmp_path / "cache"`` (the cached library forgotten before and after)."""
+    monkeypatch.setenv("RL_GPU_CACHE_DIR", str(tmp_path / "cache"))
+    fk._library.cache_clear()
+    yield tmp_path / "cache"
+    fk._library.cache_clear()
+
+
+def test_the_kernel_is_built_into_a_private_folder_and_refused_from_any_other(fresh_build, monkeypatch):
+    assert fk.available()
+    (library,) = fresh_build.iterdir()
+    assert library.name.endswith(".so") and (fresh_build.stat().st_mode & 0o777) == 0o700
+    fk._library.cache_clear()
+    fresh_build.chmod(0o777)  # anyone may write there: nothing is loaded from it
+    assert not fk.available()
+    fresh_build.chmod(0o700)
+    fk._library.cache_clear()
+    library.rename(fresh_build / "elsewhere.so")
+    library.symlink_to(fresh_build / "elsewhere.so")  # a link in the library's place is not followed
+    assert not fk.available()
+    x, weight, bias = frames(256, 400), torch.randn(8, 400), torch.randn(8)
+    assert not fk.applies(x, weight, bias)
+    torch.testing.assert_close(fk.frame_linear(x, weight, bias), F.linear(x.float(), weight, bias))
+
+
+def test_without_a_working_compiler_the_layer_is_the_dense_product(fresh_build, monkeypatch):
+    monkeypatch.setenv("CC", "false")
+    assert not fk.available()
+    assert list(fresh_build.iterdir()) == []  # the failed build left nothing behind
+    x, weight, bias = frames(256, 400), torch.randn(8, 400), torch.randn(8)
+    torch.testing.assert_close(fk.frame_linear(x, weight, bias), F.linear(x.float(), weight, bias))
