@@ -94,10 +94,22 @@ GRAD_OF(16)
 GRAD_OF(32)
 GRAD_OF(64)
 
-/* out[R, O] = bias + the sum of the rows c of wt[I, O] with x[r, c] set. */
+/* dst[cols, rows] = src[rows, cols]^T, in 8 x 8 tiles (a strided copy element by element is several times slower). */
+static void transpose(const float *restrict src, float *restrict dst, int64_t rows, int64_t cols) {
+    for (int64_t i0 = 0; i0 < rows; i0 += 8)
+        for (int64_t j0 = 0; j0 < cols; j0 += 8) {
+            int64_t i1 = i0 + 8 < rows ? i0 + 8 : rows, j1 = j0 + 8 < cols ? j0 + 8 : cols;
+            for (int64_t i = i0; i < i1; ++i)
+                for (int64_t j = j0; j < j1; ++j) dst[j * rows + i] = src[i * cols + j];
+        }
+}
+
+/* out[R, O] = bias + the sum of the columns c of w[O, I] with x[r, c] set; wt[I, O] is scratch (w transposed:
+   one contiguous row per input cell). */
 RL_GPU_CLONES
-void rl_gpu_frame_linear(const uint8_t *x, const float *wt, const float *bias, float *out,
+void rl_gpu_frame_linear(const uint8_t *x, const float *w, const float *bias, float *out, float *wt,
                          int64_t R, int64_t I, int64_t O) {
+    transpose(w, wt, O, I);
     switch (O) {
     case 16: forward_16(x, wt, bias, out, R, I); return;
     case 32: forward_32(x, wt, bias, out, R, I); return;
@@ -110,20 +122,23 @@ void rl_gpu_frame_linear(const uint8_t *x, const float *wt, const float *bias, f
     }
 }
 
-/* grad_wt[I, O] = the sum of the rows r of grad[R, O] with x[r, c] set. */
+/* grad_w[O, I]: column c the sum of the rows r of grad[R, O] with x[r, c] set; grad_wt[I, O] is scratch (the
+   sums are taken there, one contiguous row per input cell, then transposed). */
 RL_GPU_CLONES
-void rl_gpu_frame_linear_grad(const uint8_t *x, const float *grad, float *grad_wt,
+void rl_gpu_frame_linear_grad(const uint8_t *x, const float *grad, float *grad_w, float *grad_wt,
                               int64_t R, int64_t I, int64_t O) {
     memset(grad_wt, 0, (size_t)(I * O) * sizeof(float));
     switch (O) {
-    case 16: grad_16(x, grad, grad_wt, R, I); return;
-    case 32: grad_32(x, grad, grad_wt, R, I); return;
-    case 64: grad_64(x, grad, grad_wt, R, I); return;
+    case 16: grad_16(x, grad, grad_wt, R, I); break;
+    case 32: grad_32(x, grad, grad_wt, R, I); break;
+    case 64: grad_64(x, grad, grad_wt, R, I); break;
+    default:
+        for (int64_t r = 0; r < R; ++r) {
+            const float *g = grad + r * O;
+            FOR_EACH_SET(for (int64_t k = 0; k < O; ++k) grad_wt[c * O + k] += g[k])
+        }
     }
-    for (int64_t r = 0; r < R; ++r) {
-        const float *g = grad + r * O;
-        FOR_EACH_SET(for (int64_t k = 0; k < O; ++k) grad_wt[c * O + k] += g[k])
-    }
+    transpose(grad_wt, grad_w, I, O);
 }
 """
 
@@ -175,9 +190,9 @@ def _library() -> ctypes.CDLL | None:
     except (OSError, RuntimeError, subprocess.SubprocessError):  # RuntimeError: no home folder
         return None
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    library.rl_gpu_frame_linear.argtypes = [ptr, ptr, ptr, ptr, i64, i64, i64]
+    library.rl_gpu_frame_linear.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i64, i64]
     library.rl_gpu_frame_linear.restype = None
-    library.rl_gpu_frame_linear_grad.argtypes = [ptr, ptr, ptr, i64, i64, i64]
+    library.rl_gpu_frame_linear_grad.argtypes = [ptr, ptr, ptr, ptr, i64, i64, i64]
     library.rl_gpu_frame_linear_grad.restype = None
     return library
 
@@ -228,10 +243,10 @@ def _rows(x: Tensor) -> Tensor:
 def _frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     rows, (out_features, in_features) = _rows(x), weight.shape
     out = torch.empty(rows.shape[0], out_features)
-    wt = weight.detach().t().contiguous()  # [I, O]: one row per input cell
-    bias = bias.detach().contiguous()
-    _library().rl_gpu_frame_linear(rows.data_ptr(), wt.data_ptr(), bias.data_ptr(), out.data_ptr(),
-                                   rows.shape[0], in_features, out_features)
+    scratch = torch.empty(in_features, out_features)
+    weight, bias = weight.detach().contiguous(), bias.detach().contiguous()
+    _library().rl_gpu_frame_linear(rows.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr(),
+                                   scratch.data_ptr(), rows.shape[0], in_features, out_features)
     return out.view(*x.shape[:-1], out_features)
 
 
@@ -244,10 +259,10 @@ def _(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
 def _weight_grad_op(x: Tensor, grad: Tensor) -> Tensor:
     rows = _rows(x)
     g = grad.reshape(-1, grad.shape[-1]).contiguous()
-    grad_wt = torch.empty(rows.shape[1], g.shape[1])
-    _library().rl_gpu_frame_linear_grad(rows.data_ptr(), g.data_ptr(), grad_wt.data_ptr(), rows.shape[0],
-                                        rows.shape[1], g.shape[1])
-    return grad_wt.t().contiguous()
+    grad_w, scratch = torch.empty(g.shape[1], rows.shape[1]), torch.empty(rows.shape[1], g.shape[1])
+    _library().rl_gpu_frame_linear_grad(rows.data_ptr(), g.data_ptr(), grad_w.data_ptr(), scratch.data_ptr(),
+                                        rows.shape[0], rows.shape[1], g.shape[1])
+    return grad_w
 
 
 @_weight_grad_op.register_fake
