@@ -26,6 +26,7 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import stat
 import subprocess
@@ -165,10 +166,16 @@ def _private(path: Path, kind: int) -> bool:
 def _library() -> ctypes.CDLL | None:
     """The compiled kernel, built on the first call (once per machine: the file name holds a hash of the source,
     flags, compiler and machine); None where it cannot be built or loaded."""
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None or platform.system() != "Linux" or not hasattr(os, "getuid"):
+    try:
+        compiler = shlex.split(os.environ.get("CC", ""))  # "ccache gcc" and the like: a command and its arguments
+    except ValueError:  # unbalanced quotes
         return None
-    key = hashlib.sha256("\0".join([_SOURCE, *_FLAGS, compiler, platform.machine()]).encode()).hexdigest()[:16]
+    if not compiler:
+        found = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        compiler = [found] if found else []
+    if not compiler or platform.system() != "Linux" or not hasattr(os, "getuid"):
+        return None
+    key = hashlib.sha256("\0".join([_SOURCE, *_FLAGS, *compiler, platform.machine()]).encode()).hexdigest()[:16]
     try:
         folder = _cache_dir()
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -181,7 +188,7 @@ def _library() -> ctypes.CDLL | None:
             with tempfile.TemporaryDirectory(dir=folder) as work:
                 src, out = Path(work) / "frame_linear.c", Path(work) / "frame_linear.so"
                 src.write_text(_SOURCE)
-                subprocess.run([compiler, *_FLAGS, str(src), "-o", str(out)], check=True, capture_output=True,
+                subprocess.run([*compiler, *_FLAGS, str(src), "-o", str(out)], check=True, capture_output=True,
                                timeout=120)
                 os.replace(out, path)
         if not _private(path, stat.S_IFREG):

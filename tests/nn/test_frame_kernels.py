@@ -4,6 +4,8 @@ equal to eager: tests/algos/test_update_fast_paths.py.)"""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -140,3 +142,9 @@ def test_without_a_working_compiler_the_layer_is_the_dense_product(fresh_build, 
     assert list(fresh_build.iterdir()) == []  # the failed build left nothing behind
     x, weight, bias = frames(256, 400), torch.randn(8, 400), torch.randn(8)
     torch.testing.assert_close(fk.frame_linear(x, weight, bias), F.linear(x.float(), weight, bias))
+
+
+def test_a_compiler_named_with_arguments_builds_the_kernel(fresh_build, monkeypatch):
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    monkeypatch.setenv("CC", f"env LC_ALL=C {compiler}")  # a command and its arguments, as CC="ccache gcc" names one
+    assert fk.available()
