@@ -30,6 +30,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -173,7 +174,8 @@ def _library() -> ctypes.CDLL | None:
     if not compiler:
         found = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
         compiler = [found] if found else []
-    if not compiler or platform.system() != "Linux" or not hasattr(os, "getuid"):
+    # The kernel finds a set byte from the lowest set bit of a little-endian word.
+    if not compiler or platform.system() != "Linux" or not hasattr(os, "getuid") or sys.byteorder != "little":
         return None
     key = hashlib.sha256("\0".join([_SOURCE, *_FLAGS, *compiler, platform.machine()]).encode()).hexdigest()[:16]
     try:
@@ -241,6 +243,19 @@ def applies(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
                                                         or torch._C._functorch.is_functorch_wrapped_tensor(weight))))
 
 
+def _check(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> None:
+    """The operators' inputs are what the kernel reads (it trusts the shapes it is given): CPU, ``x`` bool
+    ``[*B, I]``, ``weight`` float32 ``[O, I]``, ``bias`` float32 ``[O]``."""
+    ok = (x.dtype == torch.bool and x.dim() >= 1 and x.device.type == weight.device.type == "cpu"
+          and weight.dtype == torch.float32 and weight.dim() == 2 and weight.shape[1] == x.shape[-1]
+          and (bias is None or (bias.dtype == torch.float32 and bias.shape == weight.shape[:1]
+                                and bias.device.type == "cpu")))
+    if not ok:
+        raise ValueError(f"frame_linear takes CPU tensors: bool x [..., I], float32 weight [O, I] and bias [O]; got "
+                         f"x {x.dtype} {tuple(x.shape)}, weight {weight.dtype} {tuple(weight.shape)}"
+                         + ("" if bias is None else f", bias {bias.dtype} {tuple(bias.shape)}"))
+
+
 def _rows(x: Tensor) -> Tensor:
     """``x`` ``[*B, I]`` as contiguous bytes ``[R, I]``."""
     return x.reshape(-1, x.shape[-1]).contiguous().view(torch.uint8)
@@ -248,6 +263,7 @@ def _rows(x: Tensor) -> Tensor:
 
 @torch.library.custom_op("rl_gpu::frame_linear", mutates_args=())
 def _frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    _check(x, weight, bias)
     rows, (out_features, in_features) = _rows(x), weight.shape
     out = torch.empty(rows.shape[0], out_features)
     scratch = torch.empty(in_features, out_features)
@@ -264,6 +280,9 @@ def _(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
 
 @torch.library.custom_op("rl_gpu::frame_linear_weight_grad", mutates_args=())
 def _weight_grad_op(x: Tensor, grad: Tensor) -> Tensor:
+    if grad.dtype != torch.float32 or grad.shape[:-1] != x.shape[:-1] or grad.device.type != "cpu":
+        raise ValueError(f"frame_linear's weight gradient takes a float32 CPU gradient [..., O] with x's rows, got "
+                         f"{grad.dtype} {tuple(grad.shape)} for x {tuple(x.shape)}")
     rows = _rows(x)
     g = grad.reshape(-1, grad.shape[-1]).contiguous()
     grad_w, scratch = torch.empty(g.shape[1], rows.shape[1]), torch.empty(rows.shape[1], g.shape[1])

@@ -62,6 +62,16 @@ def test_leading_dimensions_and_gradients_through_the_custom_operator_check():
     torch.library.opcheck(fk._frame_linear_op, (x.reshape(-1, 136), weight.requires_grad_(), bias.requires_grad_()))
 
 
+def test_the_operators_refuse_what_the_kernel_cannot_read():
+    x, weight, bias = frames(4, 136), torch.randn(8, 136), torch.randn(8)
+    for args in ((x.float(), weight, bias), (x, weight.double(), bias), (x, torch.randn(8, 135), bias),
+                 (x, weight, torch.randn(7))):
+        with pytest.raises(ValueError, match="frame_linear takes CPU tensors"):
+            torch.ops.rl_gpu.frame_linear(*args)
+    with pytest.raises(ValueError, match="weight gradient takes a float32"):
+        torch.ops.rl_gpu.frame_linear_weight_grad(x, torch.randn(3, 8))
+
+
 def test_small_layers_threads_and_autocast_take_the_dense_product():
     weight, bias = torch.randn(8, 400), torch.randn(8)
     assert fk.applies(frames(256, 400), weight, bias)
