@@ -261,6 +261,14 @@ def _rows(x: Tensor) -> Tensor:
     return x.reshape(-1, x.shape[-1]).contiguous().view(torch.uint8)
 
 
+def _built() -> ctypes.CDLL:
+    library = _library()
+    if library is None:
+        raise RuntimeError("the frame kernel is not built on this machine (no C compiler, or its cache folder is "
+                           "not private to this user): call frame_linear, which falls back to F.linear")
+    return library
+
+
 @torch.library.custom_op("rl_gpu::frame_linear", mutates_args=())
 def _frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     _check(x, weight, bias)
@@ -268,7 +276,7 @@ def _frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     out = torch.empty(rows.shape[0], out_features)
     scratch = torch.empty(in_features, out_features)
     weight, bias = weight.detach().contiguous(), bias.detach().contiguous()
-    _library().rl_gpu_frame_linear(rows.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr(),
+    _built().rl_gpu_frame_linear(rows.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr(),
                                    scratch.data_ptr(), rows.shape[0], in_features, out_features)
     return out.view(*x.shape[:-1], out_features)
 
@@ -280,13 +288,15 @@ def _(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
 
 @torch.library.custom_op("rl_gpu::frame_linear_weight_grad", mutates_args=())
 def _weight_grad_op(x: Tensor, grad: Tensor) -> Tensor:
-    if grad.dtype != torch.float32 or grad.shape[:-1] != x.shape[:-1] or grad.device.type != "cpu":
-        raise ValueError(f"frame_linear's weight gradient takes a float32 CPU gradient [..., O] with x's rows, got "
-                         f"{grad.dtype} {tuple(grad.shape)} for x {tuple(x.shape)}")
+    if (x.dtype != torch.bool or x.dim() < 1 or x.device.type != "cpu" or grad.dtype != torch.float32
+            or grad.shape[:-1] != x.shape[:-1] or grad.device.type != "cpu"):
+        raise ValueError(f"frame_linear's weight gradient takes CPU tensors: bool x [..., I] and a float32 gradient "
+                         f"[..., O] with x's rows, got x {x.dtype} {tuple(x.shape)}, gradient {grad.dtype} "
+                         f"{tuple(grad.shape)}")
     rows = _rows(x)
     g = grad.reshape(-1, grad.shape[-1]).contiguous()
     grad_w, scratch = torch.empty(g.shape[1], rows.shape[1]), torch.empty(rows.shape[1], g.shape[1])
-    _library().rl_gpu_frame_linear_grad(rows.data_ptr(), g.data_ptr(), grad_w.data_ptr(), scratch.data_ptr(),
+    _built().rl_gpu_frame_linear_grad(rows.data_ptr(), g.data_ptr(), grad_w.data_ptr(), scratch.data_ptr(),
                                         rows.shape[0], rows.shape[1], g.shape[1])
     return grad_w
 

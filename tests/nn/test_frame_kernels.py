@@ -71,8 +71,9 @@ def test_the_operators_refuse_what_the_kernel_cannot_read():
                  (x, weight, torch.randn(7))):
         with pytest.raises(ValueError, match="frame_linear takes CPU tensors"):
             torch.ops.rl_gpu.frame_linear(*args)
-    with pytest.raises(ValueError, match="weight gradient takes a float32"):
-        torch.ops.rl_gpu.frame_linear_weight_grad(x, torch.randn(3, 8))
+    for x_, grad in ((x, torch.randn(3, 8)), (x.to(torch.uint8), torch.randn(4, 8))):
+        with pytest.raises(ValueError, match="weight gradient takes CPU tensors"):
+            torch.ops.rl_gpu.frame_linear_weight_grad(x_, grad)
 
 
 def test_small_layers_threads_and_autocast_take_the_dense_product():
@@ -155,6 +156,8 @@ def test_without_a_working_compiler_the_layer_is_the_dense_product(fresh_build, 
     monkeypatch.setenv("CC", "false")
     assert not fk.available()
     assert list(fresh_build.iterdir()) == []  # the failed build left nothing behind
+    with pytest.raises(RuntimeError, match="not built on this machine"):
+        torch.ops.rl_gpu.frame_linear(frames(4, 136), torch.randn(8, 136), torch.randn(8))
     x, weight, bias = frames(256, 400), torch.randn(8, 400), torch.randn(8)
     torch.testing.assert_close(fk.frame_linear(x, weight, bias), F.linear(x.float(), weight, bias))
 
