@@ -270,7 +270,8 @@ def _built() -> ctypes.CDLL:
 
 
 @torch.library.custom_op("rl_gpu::frame_linear", mutates_args=())
-def _frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+def frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """The kernel as an operator, for a caller that has checked :func:`applies` (:func:`frame_linear` checks)."""
     _check(x, weight, bias)
     rows, (out_features, in_features) = _rows(x), weight.shape
     out = torch.empty(rows.shape[0], out_features)
@@ -281,7 +282,7 @@ def _frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     return out.view(*x.shape[:-1], out_features)
 
 
-@_frame_linear_op.register_fake
+@frame_linear_op.register_fake
 def _(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     return weight.new_empty(*x.shape[:-1], weight.shape[0])
 
@@ -319,7 +320,7 @@ def _backward(ctx, grad: Tensor) -> tuple[None, Tensor | None, Tensor | None]:
     return None, grad_weight, grad_bias
 
 
-_frame_linear_op.register_autograd(_backward, setup_context=_setup_context)
+frame_linear_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def frame_linear(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
@@ -327,5 +328,5 @@ def frame_linear(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     the C kernel where :func:`applies`, else the product of ``x`` as floats. ``[*B, O]``; gradients for the
     weight and bias (none for ``x``)."""
     if applies(x, weight, bias):
-        return _frame_linear_op(x, weight, bias)
+        return frame_linear_op(x, weight, bias)
     return F.linear(x.to(weight.dtype), weight, bias)

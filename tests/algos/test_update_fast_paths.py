@@ -66,7 +66,6 @@ def test_a_compiled_loss_on_boolean_frames_equals_the_eager_one(monkeypatch):
     flat = flatten_batch(batch, torch.randn(T, N, generator=g), torch.randn(T, N, generator=g), False, False)
     idx = torch.randperm(T * N, generator=g)[:32]
     monkeypatch.setattr(frame_kernels, "FRAME_FROM", (1, 1))
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     calls = []
     library = frame_kernels._library()
 

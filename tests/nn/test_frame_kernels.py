@@ -22,14 +22,6 @@ def frames(rows: int, inputs: int, seed: int = 0, density: float = 0.1) -> torch
     return torch.rand(rows, inputs, generator=torch.Generator().manual_seed(seed)) < density
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # Every fixed width of the kernel (16, 32, 64) and the generic loop (48, 128); inputs that are not a multiple of
 # the eight bytes read at once (a tail), and rows all set or all clear.
 @pytest.mark.parametrize("inputs,outputs", [(400, 64), (600, 64), (131, 16), (257, 32), (203, 48), (400, 128)])
@@ -61,7 +53,7 @@ def test_leading_dimensions_and_gradients_through_the_custom_operator_check():
     torch.testing.assert_close(y, F.linear(x.float(), weight, bias), rtol=0, atol=1e-5)
     # The registration's schema, fake (meta) form and autograd formula; compiled code calling it through AOT
     # dispatch is tests/algos/test_update_fast_paths.py's compiled loss.
-    torch.library.opcheck(fk._frame_linear_op, (x.reshape(-1, 136), weight.requires_grad_(), bias.requires_grad_()),
+    torch.library.opcheck(fk.frame_linear_op, (x.reshape(-1, 136), weight.requires_grad_(), bias.requires_grad_()),
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
 
@@ -84,8 +76,11 @@ def test_small_layers_threads_and_autocast_take_the_dense_product():
     assert not fk.applies(frames(256, 400).float(), weight, bias)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert not fk.applies(frames(256, 400), weight, bias)
-    torch.set_num_threads(2)
-    assert not fk.applies(frames(256, 400), weight, bias)
+    torch.set_num_threads(2)  # conftest runs every test on one thread
+    try:
+        assert not fk.applies(frames(256, 400), weight, bias)
+    finally:
+        torch.set_num_threads(1)
 
 
 def test_networks_keep_frames_boolean_only_where_they_take_them():
