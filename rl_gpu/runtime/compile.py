@@ -21,6 +21,7 @@ Modes:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import types
 from collections.abc import Callable
@@ -85,6 +86,20 @@ def compile_unit(fn: F, mode: str, *, simd: bool = True) -> F:
         INDUCTOR_OPTIONS = {}
     options = {**INDUCTOR_OPTIONS, **({} if simd else SCALAR_CPU_KERNELS)}
     return torch.compile(_own_code(fn), dynamic=False, fullgraph=True, options=options)
+
+
+def guards_checked_once() -> contextlib.AbstractContextManager:
+    """A context in which compiled units skip their guard checks (TorchDynamo's ``skip_guard_eval_unsafe``): for
+    the steps of one rollout after the first, whose inputs have the first step's structure, shapes and dtypes
+    (checking them again cost a tenth of a small batch's compiled step). Where another stance is set (a user's
+    ``force_eager``, say), or this PyTorch has no such stance, the guards run as usual."""
+    stance = getattr(getattr(torch._dynamo, "eval_frame", None), "_stance", None)
+    if getattr(stance, "stance", None) != "default" or getattr(stance, "backend", None) is not None:
+        return contextlib.nullcontext()
+    try:
+        return torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
+    except TypeError:
+        return contextlib.nullcontext()
 
 
 def _own_code(fn: Callable[..., Any]) -> Callable[..., Any]:

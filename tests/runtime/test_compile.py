@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from rl_gpu.runtime.compile import resolve_compile
+from rl_gpu.runtime.compile import guards_checked_once, resolve_compile
 from rl_gpu.envs.registry import make
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.algos.ppo.algorithm import UPDATE_METRICS
@@ -64,6 +64,18 @@ def test_engine_is_collect_bit_for_bit(env_id, episodic):
         _assert_rollouts(a, b)
     for x, y in zip(results[0][2][1:], results[1][2][1:]):
         assert torch.equal(x, y)
+
+
+def test_a_rollout_checks_its_guards_once_and_keeps_another_stance():
+    """After a rollout's first step the compiled units skip their guard checks (the rest of the rollout has the
+    first step's inputs); a stance the user set is kept, and the guards run again after the rollout."""
+    stance = lambda: torch._dynamo.eval_frame._stance  # noqa: E731
+    with guards_checked_once():
+        assert stance().stance == "default" and stance().skip_guard_eval_unsafe
+    assert not stance().skip_guard_eval_unsafe
+    with torch.compiler.set_stance("force_eager"), guards_checked_once():
+        assert stance().stance == "force_eager" and not stance().skip_guard_eval_unsafe
+    assert stance().stance == "default" and not stance().skip_guard_eval_unsafe
 
 
 def _reference_update(policy, optimizer, batch, config, generator):
