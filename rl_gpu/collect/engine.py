@@ -115,31 +115,6 @@ def rollout_step(
                            episodic=episodic, after=after)
 
 
-def rollout_step_into(
-    policy: Actor,
-    opponent: Actor,
-    env: FunctionalEnv,
-    carry: StepCarry,
-    noise: Tensor | None,
-    opponent_noise: Tensor | None,
-    reset_inner: tuple,
-    learner_seat: Tensor,
-    slots: tuple[Tensor | None, ...],
-    *,
-    deterministic: bool,
-    episodic: bool,
-) -> StepCarry:
-    """:func:`rollout_step` with its record written into ``slots`` (this step's ``[N, ...]`` views of the rollout
-    storage, one per :class:`StepRecord` field, None where the storage keeps none). Compiled, the writes are part
-    of the kernels that compute the record rather than a copy per field after the step."""
-    carry, record = rollout_step(policy, opponent, env, carry, noise, opponent_noise, reset_inner, learner_seat,
-                                 deterministic=deterministic, episodic=episodic)
-    for slot, value in zip(slots, record):
-        if slot is not None:
-            slot.copy_(value)
-    return carry
-
-
 def rollout_act(policy: Actor, carry: StepCarry, noise: Tensor | None, *, deterministic: bool):
     """The learner's action, log-probability and value for ``carry``'s observations (the policy's half of
     :func:`rollout_step`)."""
@@ -232,6 +207,11 @@ def _unbind(x: Tensor | None, steps: int) -> tuple[Tensor, ...] | list[None]:
     return x.unbind(0) if x is not None else [None] * steps
 
 
+GUARDS_ONCE = True
+"""Compiled rollouts check their units' guards at the first step only (:func:`guards_checked_once`; a switch for
+benchmarks and tests)."""
+
+
 class RolloutEngine:
     """The hot loop's collector: fixed-shape ``[T, N]`` rollouts of a :class:`TensorEnv`, eager or compiled.
 
@@ -281,8 +261,6 @@ class RolloutEngine:
         self.compile = compile
         step = partial(rollout_step, policy, self.opponent, env, deterministic=deterministic, episodic=episodic)
         self._step = compile_unit(step, compile, simd=env_simd(env))
-        into = partial(rollout_step_into, policy, self.opponent, env, deterministic=deterministic, episodic=episodic)
-        self._step_into = compile_unit(into, compile, simd=env_simd(env))  # compiled on its first call only
         value = policy.value_with_state if self.recurrent else policy.value
         self._value = compile_unit(value, compile) if not episodic else None
 
@@ -318,8 +296,8 @@ class RolloutEngine:
         learner starts from ``policy_state`` (None, and always in episodic mode: its initial state); the
         rollout's ``policy_state0`` and ``policy_state`` are its state before the first step and after the last.
 
-        With ``out`` (a rollout of the same shapes) each step is written into its tensors as it is taken
-        (:func:`rollout_step_into`), and ``out`` is returned. Every per-step tensor then dies within its step, so the allocator reuses the
+        With ``out`` (a rollout of the same shapes) each step is copied into its tensors as soon as it is taken,
+        and ``out`` is returned. Every per-step tensor then dies within its step, so the allocator reuses the
         same memory every step: keeping T steps of records alive until a final stack made glibc's heap grow by
         the step's transients at every step (several times the storage's own size at large N)."""
         env = self.env
@@ -345,17 +323,21 @@ class RolloutEngine:
                      for name in StepRecord._fields]
         with contextlib.ExitStack() as stack:
             for t in range(self.num_steps):
-                if t == 1 and self.compile != "off":
+                if t == 1 and self.compile != "off" and GUARDS_ONCE:
                     # Every later step has the first one's inputs but for the step index: the guards are checked
                     # once a rollout.
                     stack.enter_context(guards_checked_once())
-                args = (carry, policy_noise[t], opponent_noise[t], type(noise.reset)(*(f[t] for f in reset_fields)),
-                        noise.learner_seat)
+                carry, record = self._step(
+                    carry, policy_noise[t], opponent_noise[t], type(noise.reset)(*(f[t] for f in reset_fields)),
+                    noise.learner_seat,
+                )
                 if slots is None:
-                    carry, record = self._step(*args)
                     records.append(record)
                 else:
-                    carry = self._step_into(*args, tuple(None if slot is None else slot[t] for slot in slots))
+                    for slot, value in zip(slots, record):
+                        if slot is not None:
+                            slot[t].copy_(value)
+                del record
         if self.episodic:
             bootstrap = torch.zeros(env.num_envs, device=env.device)
         elif self.recurrent:

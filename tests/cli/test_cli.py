@@ -185,8 +185,8 @@ def test_evaluate_bad_flags(call_main):
 
 
 def test_output_into_a_closed_pipe_ends_quietly():
-    """``rl-gpu --help | head -1``: the reader goes away; no BrokenPipeError traceback, 141 like a tool SIGPIPE
-    killed."""
+    """``rl-gpu --help | head -1``: the reader goes away (here before the command writes anything, so the write
+    always fails); no BrokenPipeError traceback, 141 like a tool SIGPIPE killed."""
     commands = [["-m", "rl_gpu", "train", "--help"], ["-m", "rl_gpu.train", "--version"]]
     procs = [subprocess.Popen([sys.executable, *c], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for c in commands]
@@ -196,9 +196,6 @@ def test_output_into_a_closed_pipe_ends_quietly():
         err = proc.stderr.read()
         assert proc.wait(timeout=120) == 141, (command, err)
         assert err == "", (command, err)
-    shell = subprocess.run(f"{sys.executable} -m rl_gpu train --help | head -1", shell=True, cwd=ROOT, env=ENV,
-                           capture_output=True, text=True, timeout=120)
-    assert shell.stdout.startswith("usage: rl-gpu train") and "Error" not in shell.stderr
 
 
 def test_top_level_help_and_unknown_command():

@@ -1,0 +1,80 @@
+"""A compiled rollout into storage on the CPU, two forms alternating in one process: the step unit's guards
+checked at every step, or at the first step only (``rl_gpu.collect.engine.GUARDS_ONCE``, the default).
+
+The shape of the PureJaxRL MinAtar comparison (benchmarks/purejaxrl_minatar.py): 64 environments x 128 steps of
+a MinAtar game, ``--policy categorical``'s two 64-64 tanh MLPs on the flattened frames (``rl_gpu.nn.actor_critic.
+mlp_for_env``, with the CPU kernels), ``--compile inductor``, one thread. Before timing, the script checks that
+every form gives the same rollout, bit for bit, from the same state and noise. Prints milliseconds per rollout,
+medians of ``--rounds`` [each round], and the ratios to the first form.
+
+    OMP_NUM_THREADS=1 python benchmarks/rollout_forms.py [--game Breakout|SpaceInvaders] [--rounds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from rl_gpu.collect import engine as engine_module
+from rl_gpu.collect.engine import RolloutEngine, StepRecord
+from rl_gpu.envs.registry import make
+from rl_gpu.nn.actor_critic import mlp_for_env
+from rl_gpu.nn.cpu_kernels import use_cpu_kernels
+
+N, T = 64, 128
+FORMS = {"guards checked at every step": False, "guards checked at the first step": True}
+"""Each form: whether the guards are checked at the first step only."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--game", default="Breakout", choices=["Breakout", "SpaceInvaders"],
+                        help="the MinAtar game (default Breakout)")
+    parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    torch.set_num_threads(1)
+    env = make(f"MinAtar-{args.game}-v1", num_envs=N, device="cpu", seed=0, validate_actions=False)
+    torch.manual_seed(0)
+    policy = use_cpu_kernels(mlp_for_env(env.spec, (64, 64)))
+    engines = {name: RolloutEngine(policy, env, T, compile="inductor") for name in FORMS}
+    storage = engines[next(iter(FORMS))].empty_rollout()
+    generator = torch.Generator().manual_seed(1)
+
+    def rollout(name: str, noise, state=None):
+        engine_module.GUARDS_ONCE = FORMS[name]
+        start = time.perf_counter()
+        _, final = engines[name].run(noise, state, out=storage)
+        return (time.perf_counter() - start) * 1000, final
+
+    start_state, noise = env.state, engines[next(iter(FORMS))].draw(generator)
+    first = None
+    for name in FORMS:
+        seconds, _ = rollout(name, noise, start_state)
+        print(f"{name}: compile and first rollout {seconds / 1000:.1f} s", flush=True)
+        fields = [getattr(storage, f).clone() for f in StepRecord._fields if getattr(storage, f) is not None]
+        if first is None:
+            first = fields
+        elif not all(torch.equal(a, b) for a, b in zip(first, fields)):
+            raise SystemExit(f"{name}: its rollout differs from the first form's")
+    times = {name: [] for name in FORMS}
+    state = start_state
+    for r in range(args.rounds):
+        for name in (FORMS if r % 2 == 0 else reversed(list(FORMS))):
+            ms, state = rollout(name, engines[name].draw(generator), state)
+            times[name].append(ms)
+    base = statistics.median(times[next(iter(FORMS))])
+    print(f"\n{args.game}, {N} x {T} steps, ms per rollout, median [rounds]; every form's rollout from the same state "
+          "and noise: the same, bit for bit")
+    print("| form | ms per rollout | speed-up |\n| --- | --- | ---: |")
+    for name, t in times.items():
+        print(f"| {name} | {statistics.median(t):,.1f} [{', '.join(f'{x:,.1f}' for x in t)}] | "
+              f"{base / statistics.median(t):.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
