@@ -1,5 +1,7 @@
-"""A compiled rollout into storage on the CPU, two forms alternating in one process: the step unit's guards
-checked at every step, or at the first step only (``rl_gpu.collect.engine.GUARDS_ONCE``, the default).
+"""A compiled rollout into storage on the CPU, three forms alternating in one process: the step unit's guards
+checked at every step and each step's record copied into the storage as it is taken (before); the guards checked
+at the first step only (``rl_gpu.collect.engine.GUARDS_ONCE``); that with the records kept and each field stacked
+into the storage after the last step (``rl_gpu.collect.engine.STACK_BYTES``: the default for a rollout this size).
 
 The shape of the PureJaxRL MinAtar comparison (benchmarks/purejaxrl_minatar.py): 64 environments x 128 steps of
 a MinAtar game, ``--policy categorical``'s two 64-64 tanh MLPs on the flattened frames (``rl_gpu.nn.actor_critic.
@@ -25,8 +27,10 @@ from rl_gpu.nn.actor_critic import mlp_for_env
 from rl_gpu.nn.cpu_kernels import use_cpu_kernels
 
 N, T = 64, 128
-FORMS = {"guards checked at every step": False, "guards checked at the first step": True}
-"""Each form: whether the guards are checked at the first step only."""
+FORMS = {"guards checked at every step, copies per step": (False, 0),
+         "guards checked at the first step, copies per step": (True, 0),
+         "guards checked at the first step, one stack a field": (True, engine_module.STACK_BYTES)}
+"""Each form: (guards checked at the first step only, ``STACK_BYTES``)."""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -46,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     generator = torch.Generator().manual_seed(1)
 
     def rollout(name: str, noise, state=None):
-        engine_module.GUARDS_ONCE = FORMS[name]
+        engine_module.GUARDS_ONCE, engine_module.STACK_BYTES = FORMS[name]
         start = time.perf_counter()
         _, final = engines[name].run(noise, state, out=storage)
         return (time.perf_counter() - start) * 1000, final

@@ -207,6 +207,10 @@ def _unbind(x: Tensor | None, steps: int) -> tuple[Tensor, ...] | list[None]:
     return x.unbind(0) if x is not None else [None] * steps
 
 
+STACK_BYTES = 16 << 20
+"""A rollout into storage of at most this many bytes keeps its steps' records and stacks them into the storage
+after the last step; a larger one copies each step in as it is taken (see :meth:`RolloutEngine.run`)."""
+
 GUARDS_ONCE = True
 """Compiled rollouts check their units' guards at the first step only (:func:`guards_checked_once`; a switch for
 benchmarks and tests)."""
@@ -296,10 +300,12 @@ class RolloutEngine:
         learner starts from ``policy_state`` (None, and always in episodic mode: its initial state); the
         rollout's ``policy_state0`` and ``policy_state`` are its state before the first step and after the last.
 
-        With ``out`` (a rollout of the same shapes) each step is copied into its tensors as soon as it is taken,
-        and ``out`` is returned. Every per-step tensor then dies within its step, so the allocator reuses the
-        same memory every step: keeping T steps of records alive until a final stack made glibc's heap grow by
-        the step's transients at every step (several times the storage's own size at large N)."""
+        With ``out`` (a rollout of the same shapes) the steps are written into its tensors and ``out`` is returned:
+        up to ``STACK_BYTES`` of storage, each field stacked into it after the last step (one call a field rather
+        than one a field and step); above, each step copied in as soon as it is taken. Every per-step tensor then
+        dies within its step, so the allocator reuses the same memory every step: keeping T steps of records alive
+        until a final stack made glibc's heap grow by the step's transients at every step (several times the
+        storage's own size at large N)."""
         env = self.env
         if self.episodic:
             state = env.initial_state(noise.initial)
@@ -318,9 +324,9 @@ class RolloutEngine:
         opponent_noise = _unbind(noise.opponent, self.num_steps)
         reset_fields = [x.unbind(0) for x in noise.reset]
         slots = None
-        if out is not None:
-            slots = [None if getattr(out, name) is None else getattr(out, name).unbind(0)
-                     for name in StepRecord._fields]
+        storage = [None if out is None else getattr(out, name) for name in StepRecord._fields]
+        if out is not None and sum(x.numel() * x.element_size() for x in storage if x is not None) > STACK_BYTES:
+            slots = [None if x is None else x.unbind(0) for x in storage]
         with contextlib.ExitStack() as stack:
             for t in range(self.num_steps):
                 if t == 1 and self.compile != "off" and GUARDS_ONCE:
@@ -344,6 +350,11 @@ class RolloutEngine:
             bootstrap = self._value(carry.obs, carry.policy_state, **critic_kwargs(carry.critic_obs))
         else:
             bootstrap = self._value(carry.obs, **critic_kwargs(carry.critic_obs))
+        if out is not None and slots is None:  # a small rollout: each field stacked into its storage at once
+            for name, x in zip(StepRecord._fields, storage):
+                if x is not None:
+                    torch.stack([getattr(record, name) for record in records], out=x)
+            records.clear()
         if out is None:
             stacked = tree_stack(records)
             rollout = Rollout(**stacked._asdict(), bootstrap_value=bootstrap, learner_seat=noise.learner_seat,

@@ -17,6 +17,7 @@ from rl_gpu.algos.ppo.algorithm import UPDATE_METRICS
 from rl_gpu.algos.ppo import PPO, PPOConfig, update_policy
 from rl_gpu.algos.ppo.loss import ppo_loss
 from rl_gpu.nn.actor_critic import policy_for_env
+from rl_gpu.collect import engine as engine_module
 from rl_gpu.collect.engine import RolloutEngine
 from rl_gpu.collect.reference import collect
 from rl_gpu.collect.stepper import EnvStepper, step_chunk
@@ -76,6 +77,21 @@ def test_a_rollout_checks_its_guards_once_and_keeps_another_stance():
     with torch.compiler.set_stance("force_eager"), guards_checked_once():
         assert stance().stance == "force_eager" and not stance().skip_guard_eval_unsafe
     assert stance().stance == "default" and not stance().skip_guard_eval_unsafe
+
+
+@pytest.mark.parametrize("env_id, episodic", [CASES[0], CASES[1]])
+def test_a_rollout_into_storage_stacked_or_copied_per_step_is_the_rollout_without(env_id, episodic, monkeypatch):
+    """A small rollout into storage keeps its steps and stacks each field at the end; a large one (here: every
+    one, ``STACK_BYTES`` 0) copies each step in as it is taken. Both are the rollout without storage."""
+    env, policy = _env_policy(env_id)
+    engine = RolloutEngine(policy, env, 12, episodic=episodic)
+    noise, state = engine.draw(torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)), env.state
+    plain, _ = engine.run(noise, state)
+    stacked, _ = engine.run(noise, state, out=engine.empty_rollout())
+    monkeypatch.setattr(engine_module, "STACK_BYTES", 0)
+    copied, _ = engine.run(noise, state, out=engine.empty_rollout())
+    _assert_rollouts(plain, stacked)
+    _assert_rollouts(plain, copied)
 
 
 def _reference_update(policy, optimizer, batch, config, generator):
