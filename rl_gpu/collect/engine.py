@@ -302,10 +302,10 @@ class RolloutEngine:
 
         With ``out`` (a rollout of the same shapes) the steps are written into its tensors and ``out`` is returned:
         up to ``STACK_BYTES`` of storage, each field stacked into it after the last step (one call a field rather
-        than one a field and step); above, each step copied in as soon as it is taken. Every per-step tensor then
-        dies within its step, so the allocator reuses the same memory every step: keeping T steps of records alive
-        until a final stack made glibc's heap grow by the step's transients at every step (several times the
-        storage's own size at large N)."""
+        than one a field and step); above, each step copied in as soon as it is taken, so that every per-step
+        tensor dies within its step and the allocator reuses the same memory every step (at large N, keeping T
+        steps of records alive until a final stack made glibc's heap grow by the step's transients at every step,
+        several times the storage's own size)."""
         env = self.env
         if self.episodic:
             state = env.initial_state(noise.initial)

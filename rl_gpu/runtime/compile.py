@@ -96,9 +96,9 @@ def guards_checked_once() -> contextlib.AbstractContextManager:
     stance = getattr(getattr(torch._dynamo, "eval_frame", None), "_stance", None)
     if getattr(stance, "stance", None) != "default" or getattr(stance, "backend", None) is not None:
         return contextlib.nullcontext()
-    try:
+    try:  # torch < 2.6: no set_stance, or none with this flag
         return torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
-    except TypeError:
+    except (AttributeError, TypeError):
         return contextlib.nullcontext()
 
 
