@@ -111,14 +111,26 @@ def main(argv: list[str] | None = None) -> None:
         same = all((p - q).abs().max() <= tolerance for p, q in zip(first, units[name].policy.parameters()))
         if not same:
             raise SystemExit(f"{name}: the first update's parameters differ from the loss gathering its frames")
-    times = {name: [] for name in FORMS}
-    for r in range(args.rounds):
-        for name in (FORMS if r % 2 == 0 else reversed(list(FORMS))):
-            times[name].append(update(name))
-    base = statistics.median(times["loss gathers frames"])
+    times = alternate(list(FORMS), args.rounds, update)
     print(f"\nobs size {args.obs_size}, {args.frames} frames, ms per update, median [rounds]; every form's first "
           "update: the same parameters (the frame kernel's to 1e-5)")
-    print("| form | ms per update | speed-up |\n| --- | --- | ---: |")
+    print_forms(times, "ms per update")
+
+
+def alternate(names: list[str], rounds: int, run) -> dict[str, list[float]]:
+    """``run(name)`` for every name, ``rounds`` times, in order and then in reverse order by turns; the values
+    returned, by name."""
+    times = {name: [] for name in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else reversed(names)):
+            times[name].append(run(name))
+    return times
+
+
+def print_forms(times: dict[str, list[float]], unit: str) -> None:
+    """A table of each form's median [every round] and its speed-up over the first form."""
+    base = statistics.median(next(iter(times.values())))
+    print(f"| form | {unit} | speed-up |\n| --- | --- | ---: |")
     for name, t in times.items():
         print(f"| {name} | {statistics.median(t):,.1f} [{', '.join(f'{x:,.1f}' for x in t)}] | "
               f"{base / statistics.median(t):.2f}x |")

@@ -15,10 +15,10 @@ medians of ``--rounds`` [each round], and the ratios to the first form.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
+from frame_update import alternate, print_forms
 
 from rl_gpu.collect import engine as engine_module
 from rl_gpu.collect.engine import RolloutEngine, StepRecord
@@ -65,19 +65,17 @@ def main(argv: list[str] | None = None) -> None:
             first = fields
         elif not all(torch.equal(a, b) for a, b in zip(first, fields)):
             raise SystemExit(f"{name}: its rollout differs from the first form's")
-    times = {name: [] for name in FORMS}
     state = start_state
-    for r in range(args.rounds):
-        for name in (FORMS if r % 2 == 0 else reversed(list(FORMS))):
-            ms, state = rollout(name, engines[name].draw(generator), state)
-            times[name].append(ms)
-    base = statistics.median(times[next(iter(FORMS))])
+
+    def timed(name: str) -> float:
+        nonlocal state
+        ms, state = rollout(name, engines[name].draw(generator), state)
+        return ms
+
+    times = alternate(list(FORMS), args.rounds, timed)
     print(f"\n{args.game}, {N} x {T} steps, ms per rollout, median [rounds]; every form's rollout from the same state "
           "and noise: the same, bit for bit")
-    print("| form | ms per rollout | speed-up |\n| --- | --- | ---: |")
-    for name, t in times.items():
-        print(f"| {name} | {statistics.median(t):,.1f} [{', '.join(f'{x:,.1f}' for x in t)}] | "
-              f"{base / statistics.median(t):.2f}x |")
+    print_forms(times, "ms per rollout")
 
 
 if __name__ == "__main__":
