@@ -161,6 +161,11 @@ envs = sorted({e.split(":")[0] for e in entries if isinstance(e, str)})
 tops = {"rl_gpu", *sys.argv[1:]}
 print(json.dumps({"loaded": sorted(m for m in sys.modules if m.split(".")[0] in tops), "envs": envs}))
 """
+COMMAND_LINE_IMPORT = """
+import json, sys
+import rl_gpu.cli.main, rl_gpu.cli.train, rl_gpu.cli.evaluate, rl_gpu.cli.export
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[:2] in (["torch", "_dynamo"], ["torch", "_inductor"]))))
+"""
 HEAVY = ("gymnasium", "mujoco", "stable_baselines3", "onnx", "onnxruntime", "tensorboard", "matplotlib",
          "rl_gpu.envs.cartpole", "rl_gpu.envs.roulette", "rl_gpu.algos", "rl_gpu.training", "rl_gpu.interop",
          "rl_gpu.cli", "rl_gpu.collect")
@@ -171,6 +176,7 @@ def runs() -> dict[str, tuple[int, str, str]]:
     """(exit status, stdout, stderr) of each fresh interpreter's command; they start together, each starting
     torch (seconds on a busy machine)."""
     commands = {"light": [sys.executable, "-c", LIGHT_IMPORT, *{h.split(".")[0] for h in HEAVY}],
+                "command line": [sys.executable, "-c", COMMAND_LINE_IMPORT],
                 **{m: [sys.executable, "-m", m, "--help"] for m in ("rl_gpu", "rl_gpu.train")}}
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
     procs = {k: subprocess.Popen(c, cwd=ROOT, env=ENV, **pipes) for k, c in commands.items()}
@@ -180,6 +186,14 @@ def runs() -> dict[str, tuple[int, str, str]]:
     finally:
         for p in procs.values():
             p.kill()
+
+
+def test_the_command_line_starts_without_the_compiler(runs):
+    """Every ``rl-gpu`` command imports the training commands' modules; TorchDynamo and Inductor (1.5 s and more
+    to import) wait until a run compiles."""
+    code, out, err = runs["command line"]
+    assert code == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == []
 
 
 def test_import_rl_gpu_is_light(runs):

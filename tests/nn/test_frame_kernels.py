@@ -156,3 +156,14 @@ def test_without_a_working_compiler_the_layer_is_the_dense_product(fresh_build, 
     x, weight, bias = frames(256, 400), torch.randn(8, 400), torch.randn(8)
     torch.testing.assert_close(fk.frame_linear(x, weight, bias), F.linear(x.float(), weight, bias))
 
+
+
+def test_ready_is_a_constant_to_compiled_code_without_importing_torchdynamo():
+    """``ready`` carries the mark ``torch.compiler.assume_constant_result`` sets (set by hand: importing TorchDynamo
+    with the module cost every command 1.5 s; tests/core/test_structure.py checks the command line does not)."""
+    def probe() -> bool:
+        return True
+
+    marked = torch.compiler.assume_constant_result(probe)
+    names = [name for name in vars(marked) if name.startswith("_dynamo")]
+    assert names and all(getattr(fk.ready, name) == getattr(marked, name) for name in names)
