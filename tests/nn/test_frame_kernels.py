@@ -157,7 +157,6 @@ def test_without_a_working_compiler_the_layer_is_the_dense_product(fresh_build, 
     torch.testing.assert_close(fk.frame_linear(x, weight, bias), F.linear(x.float(), weight, bias))
 
 
-
 def test_ready_is_a_constant_to_compiled_code_without_importing_torchdynamo():
     """``ready`` carries the mark ``torch.compiler.assume_constant_result`` sets (set by hand: importing TorchDynamo
     with the module cost every command 1.5 s; tests/core/test_structure.py checks the command line does not)."""
