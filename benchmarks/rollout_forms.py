@@ -1,6 +1,6 @@
 """A compiled rollout into storage on the CPU, three forms alternating in one process: the step unit's guards
 checked at every step and each step's record copied into the storage as it is taken (before); the guards checked
-at the first step only (``rl_gpu.collect.engine.GUARDS_ONCE``); that with the records kept and each field stacked
+at the first two steps only (``rl_gpu.collect.engine.GUARDS_ONCE``); that with the records kept and each field stacked
 into the storage after the last step (``rl_gpu.collect.engine.STACK_BYTES``: the default for a rollout this size).
 
 The shape of the PureJaxRL MinAtar comparison (benchmarks/purejaxrl_minatar.py): 64 environments x 128 steps of
@@ -28,9 +28,9 @@ from rl_gpu.nn.cpu_kernels import use_cpu_kernels
 
 N, T = 64, 128
 FORMS = {"guards checked at every step, copies per step": (False, 0),
-         "guards checked at the first step, copies per step": (True, 0),
-         "guards checked at the first step, one stack a field": (True, engine_module.STACK_BYTES)}
-"""Each form: (guards checked at the first step only, ``STACK_BYTES``)."""
+         "guards checked at the first two steps, copies per step": (True, 0),
+         "guards checked at the first two steps, one stack a field": (True, engine_module.STACK_BYTES)}
+"""Each form: (guards checked at the first two steps only, ``STACK_BYTES``)."""
 
 
 def main(argv: list[str] | None = None) -> None:

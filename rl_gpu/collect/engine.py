@@ -212,8 +212,8 @@ STACK_BYTES = 16 << 20
 after the last step; a larger one copies each step in as it is taken (see :meth:`RolloutEngine.run`)."""
 
 GUARDS_ONCE = True
-"""Compiled rollouts check their units' guards at the first step only (:func:`guards_checked_once`; a switch for
-benchmarks and tests)."""
+"""Compiled rollouts check their units' guards at the first two steps only (:func:`guards_checked_once`; a switch
+for benchmarks and tests)."""
 
 
 class RolloutEngine:
@@ -329,9 +329,10 @@ class RolloutEngine:
             slots = [None if x is None else x.unbind(0) for x in storage]
         with contextlib.ExitStack() as stack:
             for t in range(self.num_steps):
-                if t == 1 and self.compile != "off" and GUARDS_ONCE:
-                    # Every later step has the first one's inputs but for the step index: the guards are checked
-                    # once a rollout.
+                if t == 2 and self.compile != "off" and GUARDS_ONCE:
+                    # Step 0 starts from the rollout's starting state, step 1 from the step's own outputs (which
+                    # may be laid out otherwise, and then compile a second entry); every later step has step 1's
+                    # inputs but for the step index, so the guards are checked at the first two steps only.
                     stack.enter_context(guards_checked_once())
                 carry, record = self._step(
                     carry, policy_noise[t], opponent_noise[t], type(noise.reset)(*(f[t] for f in reset_fields)),

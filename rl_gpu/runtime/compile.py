@@ -89,10 +89,11 @@ def compile_unit(fn: F, mode: str, *, simd: bool = True) -> F:
 
 
 def guards_checked_once() -> contextlib.AbstractContextManager:
-    """A context in which compiled units skip their guard checks (TorchDynamo's ``skip_guard_eval_unsafe``): for
-    the steps of one rollout after the first, whose inputs have the first step's structure, shapes and dtypes
-    (checking them again cost a tenth of a small batch's compiled step). Where another stance is set (a user's
-    ``force_eager``, say), or this PyTorch has no such stance, the guards run as usual."""
+    """A context in which compiled units skip their guard checks (TorchDynamo's ``skip_guard_eval_unsafe``: with
+    one cache entry none, with several only those that tell them apart): for calls whose inputs have the structure,
+    shapes, strides and dtypes of calls already made (a rollout's steps after its second; checking them again cost
+    a tenth of a small batch's compiled step). Where another stance is set (a user's ``force_eager``, say), or this
+    PyTorch has no such stance, the guards run as usual."""
     stance = getattr(getattr(torch._dynamo, "eval_frame", None), "_stance", None)
     if getattr(stance, "stance", None) != "default" or getattr(stance, "backend", None) is not None:
         return contextlib.nullcontext()

@@ -68,8 +68,8 @@ def test_engine_is_collect_bit_for_bit(env_id, episodic):
 
 
 def test_a_rollout_checks_its_guards_once_and_keeps_another_stance():
-    """The context a compiled rollout enters after its first step: the units skip their guard checks (the rest of
-    the rollout has the first step's inputs); a stance the user set is kept; the guards run again after it."""
+    """The context a compiled rollout enters after its second step: the units skip their guard checks (the rest of
+    the rollout has the second step's inputs); a stance the user set is kept; the guards run again after it."""
     stance = lambda: torch._dynamo.eval_frame._stance  # noqa: E731
     with guards_checked_once():
         assert stance().stance == "default" and stance().skip_guard_eval_unsafe
