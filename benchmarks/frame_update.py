@@ -39,6 +39,8 @@ FORMS = {"loss gathers frames": (False, False, False), "eager frame gather": (Tr
          "eager frame gather + fused Adam step + frame kernel": (True, True, True)}
 """Each form: (frames gathered eagerly, fused Adam stepped directly, boolean frames into the frame kernel)."""
 GAMES = {400: "MinAtar-Breakout-v1", 600: "MinAtar-SpaceInvaders-v1"}
+MAX_ROUNDS = 1000
+"""The most ``--rounds`` taken (a round of the four forms is about a second)."""
 
 
 def played_frames(obs_size: int) -> torch.Tensor:
@@ -75,8 +77,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="random frames (10%% set) or a game's under random actions (default random)")
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if not 1 <= args.rounds <= MAX_ROUNDS:
+        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS:,}, got {args.rounds:,}")
     if not 1 <= args.obs_size <= 4096:
         parser.error(f"--obs-size must be between 1 and 4,096, got {args.obs_size:,}")
     if args.frames == "played" and args.obs_size not in GAMES:

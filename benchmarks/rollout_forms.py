@@ -18,7 +18,7 @@ import argparse
 import time
 
 import torch
-from frame_update import alternate, print_forms
+from frame_update import MAX_ROUNDS, alternate, print_forms
 
 from rl_gpu.collect import engine as engine_module
 from rl_gpu.collect.engine import RolloutEngine, StepRecord
@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the MinAtar game (default Breakout)")
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if not 1 <= args.rounds <= MAX_ROUNDS:
+        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS:,}, got {args.rounds:,}")
     torch.set_num_threads(1)
     env = make(f"MinAtar-{args.game}-v1", num_envs=N, device="cpu", seed=0, validate_actions=False)
     torch.manual_seed(0)
