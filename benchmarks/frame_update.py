@@ -77,8 +77,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="random frames (10%% set) or a game's under random actions (default random)")
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
     args = parser.parse_args(argv)
-    if not 1 <= args.rounds <= MAX_ROUNDS:
-        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS:,}, got {args.rounds:,}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.rounds > MAX_ROUNDS:
+        parser.error(f"--rounds must be at most {MAX_ROUNDS:,}, got {args.rounds:,}")
     if not 1 <= args.obs_size <= 4096:
         parser.error(f"--obs-size must be between 1 and 4,096, got {args.obs_size:,}")
     if args.frames == "played" and args.obs_size not in GAMES:

@@ -39,8 +39,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="the MinAtar game (default Breakout)")
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
     args = parser.parse_args(argv)
-    if not 1 <= args.rounds <= MAX_ROUNDS:
-        parser.error(f"--rounds must be between 1 and {MAX_ROUNDS:,}, got {args.rounds:,}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.rounds > MAX_ROUNDS:
+        parser.error(f"--rounds must be at most {MAX_ROUNDS:,}, got {args.rounds:,}")
     torch.set_num_threads(1)
     env = make(f"MinAtar-{args.game}-v1", num_envs=N, device="cpu", seed=0, validate_actions=False)
     torch.manual_seed(0)

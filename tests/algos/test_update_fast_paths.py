@@ -119,6 +119,7 @@ def test_the_fused_adam_step_equals_optimizer_step_bit_for_bit(monkeypatch):
 
 
 @pytest.mark.parametrize("args, says", [(["--rounds", "0"], "--rounds must be at least 1"),
+                                        (["--rounds", str(10**12)], "--rounds must be at most 1,000"),
                                         (["--obs-size", "0"], "--obs-size must be between 1 and 4,096"),
                                         (["--frames", "played", "--obs-size", "500"], "--frames played takes")])
 def test_the_frame_update_benchmark_refuses_what_it_cannot_time_in_one_line(benchmark_script, capsys, args, says):
