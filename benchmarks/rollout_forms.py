@@ -21,7 +21,7 @@ import torch
 from frame_update import MAX_ROUNDS, alternate, print_forms
 
 from rl_gpu.collect import engine as engine_module
-from rl_gpu.collect.engine import RolloutEngine, StepRecord
+from rl_gpu.collect.engine import ROLLOUT_FIELDS, RolloutEngine
 from rl_gpu.envs.registry import make
 from rl_gpu.nn.actor_critic import mlp_for_env
 from rl_gpu.nn.cpu_kernels import use_cpu_kernels
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in FORMS:
         seconds, _ = rollout(name, noise, start_state)
         print(f"{name}: compile and first rollout {seconds / 1000:.1f} s", flush=True)
-        fields = [getattr(storage, f).clone() for f in StepRecord._fields if getattr(storage, f) is not None]
+        fields = [getattr(storage, f).clone() for f in ROLLOUT_FIELDS if getattr(storage, f) is not None]
         if first is None:
             first = fields
         elif not all(torch.equal(a, b) for a, b in zip(first, fields)):

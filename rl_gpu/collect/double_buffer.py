@@ -26,7 +26,7 @@ from functools import partial
 
 import torch
 
-from rl_gpu.collect.engine import RolloutEngine, RolloutNoise, StepCarry, rollout_act, rollout_advance
+from rl_gpu.collect.engine import ROLLOUT_FIELDS, RolloutEngine, RolloutNoise, StepCarry, rollout_act, rollout_advance
 from rl_gpu.collect.reference import critic_kwargs
 from rl_gpu.core.pytree import children, is_leaf, rebuild, tree_map, tree_stack
 from rl_gpu.core.types import Actor, FunctionalEnv
@@ -139,7 +139,7 @@ class DoubleBufferedEngine(RolloutEngine):
         bootstrap = self._value(final.obs, **critic_kwargs(final.critic_obs))
         if out is None:
             stacked = _cat(tree_stack(records[0]), tree_stack(records[1]), dim=1)
-            return Rollout(**stacked._asdict(), bootstrap_value=bootstrap, learner_seat=noise.learner_seat), final.state
+            return Rollout(**{name: getattr(stacked, name) for name in ROLLOUT_FIELDS}, bootstrap_value=bootstrap, learner_seat=noise.learner_seat), final.state
         out.bootstrap_value.copy_(bootstrap)
         out.learner_seat.copy_(noise.learner_seat)
         return out, final.state
@@ -150,8 +150,8 @@ class DoubleBufferedEngine(RolloutEngine):
                 kept.append(record)
             return
         for rows, record in zip(self.halves, halves):
-            for name, value in zip(type(record)._fields, record):
-                slot = getattr(out, name)
+            for name in ROLLOUT_FIELDS:
+                slot, value = getattr(out, name), getattr(record, name)
                 if slot is not None and value is not None:
                     slot[t, rows].copy_(value)
 

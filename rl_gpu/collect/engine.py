@@ -85,6 +85,13 @@ class StepRecord(NamedTuple):
     episode_return: Tensor
     episode_length: Tensor
     critic_obs: Tensor | None = None
+    final_obs: Tensor | None = None
+    """``[N, O]``: the observations the rows ended in, where the step leaves ``final_value`` to its caller
+    (``final_values=False``), else None."""
+
+
+ROLLOUT_FIELDS = StepRecord._fields[:-1]
+"""The :class:`StepRecord` fields a :class:`~rl_gpu.data.rollout.Rollout` has (all but ``final_obs``)."""
 
 
 def rollout_step(
@@ -99,16 +106,18 @@ def rollout_step(
     *,
     deterministic: bool,
     episodic: bool,
+    final_values: bool = True,
 ) -> tuple[StepCarry, StepRecord]:
     """One batched step of a rollout as a pure function: actions from the pre-drawn ``noise`` (``[N, ...]``),
     the environment's transition with ``reset_inner`` (``[N, ...]``) as the start of rows that finish, and the
     step's record. The same arithmetic, in the same order, as one iteration of :func:`collect`: the policy's
     half (:func:`rollout_act`), then the environment's (:func:`rollout_advance`). A recurrent learner acts from
-    ``carry.policy_state`` and hands on the state after this step, reset where the episode ended."""
+    ``carry.policy_state`` and hands on the state after this step, reset where the episode ended.
+    ``final_values``: as in :func:`rollout_advance` (a learner without memory)."""
     if carry.policy_state is None:
         out = rollout_act(policy, carry, noise, deterministic=deterministic)
         return rollout_advance(policy, opponent, env, carry, out, opponent_noise, reset_inner, learner_seat,
-                               episodic=episodic)
+                               episodic=episodic, final_values=final_values)
     out, after = policy.act_with_state(carry.obs, carry.policy_state, carry.action_mask, None, deterministic,
                                        noise=noise, **critic_kwargs(carry.critic_obs))
     return rollout_advance(policy, opponent, env, carry, out, opponent_noise, reset_inner, learner_seat,
@@ -135,11 +144,14 @@ def rollout_advance(
     episodic: bool,
     rows: slice | None = None,
     after: Tensor | None = None,
+    final_values: bool = True,
 ) -> tuple[StepCarry, StepRecord]:
     """The rest of :func:`rollout_step` after the learner acted (``out``): the opponent, the environment's
     transition and the step's record. ``rows``: the batch rows ``carry`` holds, when it holds only some
     (:class:`~rl_gpu.collect.double_buffer.DoubleBufferedEngine`). ``after``: a recurrent learner's state after
-    this step's observation (single-player tasks)."""
+    this step's observation (single-player tasks). ``final_values=False`` (a learner without memory, an
+    environment without a critic group): the record's ``final_value`` is left at zero and its ``final_obs`` holds
+    the observations the rows ended in, for the caller to value where a row was truncated."""
     action = out.action
     live = carry.live
     # One player, continuing: every row is live and the learner's turn at every step, so the masks below are
@@ -165,7 +177,10 @@ def rollout_advance(
     else:
         terminated, truncated = step.terminated & live, step.truncated & live
         reward = torch.where(live, reward, 0.0)
-    if env.max_episode_steps is not None:
+    final_obs = None
+    if env.max_episode_steps is not None and not final_values:
+        final_value, final_obs = torch.zeros_like(reward), step.final_obs
+    elif env.max_episode_steps is not None:
         final_critic = critic_kwargs(step.final_critic_obs)
         final = (policy.value(step.final_obs, **final_critic) if after is None
                  else policy.value_with_state(step.final_obs, after, **final_critic))
@@ -188,6 +203,7 @@ def rollout_advance(
         episode_return=torch.where(done, ep_return, 0.0),
         episode_length=torch.where(done, step.episode_length, 0),
         critic_obs=carry.critic_obs,
+        final_obs=final_obs,
     )
     next_live = live & ~done if episodic else live
     memory = None if after is None else reset_state(step.terminated | step.truncated, carry.initial_state, after)
@@ -214,6 +230,10 @@ after the last step; a larger one copies each step in as it is taken (see :meth:
 GUARDS_ONCE = True
 """Compiled rollouts check their units' guards at the first two steps only (:func:`guards_checked_once`; a switch
 for benchmarks and tests)."""
+
+FINAL_VALUES_AFTER = True
+"""CPU rollouts that keep their records value the final observations after the last step, only at the steps where
+a row was truncated (see :meth:`RolloutEngine.run`; a switch for benchmarks and tests)."""
 
 
 class RolloutEngine:
@@ -267,6 +287,12 @@ class RolloutEngine:
         self._step = compile_unit(step, compile, simd=env_simd(env))
         value = policy.value_with_state if self.recurrent else policy.value
         self._value = compile_unit(value, compile) if not episodic else None
+        # V(final_obs) matters only where a row is truncated, a few steps in a rollout: on the CPU, where reading
+        # which steps those are costs nothing, a step that leaves it out saves a critic's forward pass a step.
+        self._step_final_after = None
+        if (env.device.type == "cpu" and not episodic and not self.recurrent and env.max_episode_steps is not None
+                and env.spec.critic_obs_size == 0):
+            self._step_final_after = compile_unit(partial(step, final_values=False), compile, simd=env_simd(env))
 
     def _noise(self, actor: Actor, generator: torch.Generator | None) -> Tensor:
         return action_noise(actor, self.env, generator)
@@ -324,9 +350,12 @@ class RolloutEngine:
         opponent_noise = _unbind(noise.opponent, self.num_steps)
         reset_fields = [x.unbind(0) for x in noise.reset]
         slots = None
-        storage = [None if out is None else getattr(out, name) for name in StepRecord._fields]
+        storage = [None if out is None else getattr(out, name) for name in ROLLOUT_FIELDS]
         if out is not None and sum(x.numel() * x.element_size() for x in storage if x is not None) > STACK_BYTES:
             slots = [None if x is None else x.unbind(0) for x in storage]
+        step_unit = self._step
+        if slots is None and self._step_final_after is not None and FINAL_VALUES_AFTER:
+            step_unit = self._step_final_after
         with contextlib.ExitStack() as stack:
             for t in range(self.num_steps):
                 if t == 2 and self.compile != "off" and GUARDS_ONCE:
@@ -334,7 +363,7 @@ class RolloutEngine:
                     # may be laid out otherwise, and then compile a second entry); every later step has step 1's
                     # inputs but for the step index, so the guards are checked at the first two steps only.
                     stack.enter_context(guards_checked_once())
-                carry, record = self._step(
+                carry, record = step_unit(
                     carry, policy_noise[t], opponent_noise[t], type(noise.reset)(*(f[t] for f in reset_fields)),
                     noise.learner_seat,
                 )
@@ -345,6 +374,8 @@ class RolloutEngine:
                         if slot is not None:
                             slot[t].copy_(value)
                 del record
+        if step_unit is self._step_final_after:
+            self._value_final_obs(records)
         if self.episodic:
             bootstrap = torch.zeros(env.num_envs, device=env.device)
         elif self.recurrent:
@@ -352,19 +383,29 @@ class RolloutEngine:
         else:
             bootstrap = self._value(carry.obs, **critic_kwargs(carry.critic_obs))
         if out is not None and slots is None:  # a small rollout: each field stacked into its storage at once
-            for name, x in zip(StepRecord._fields, storage):
+            for name, x in zip(ROLLOUT_FIELDS, storage):
                 if x is not None:
                     torch.stack([getattr(record, name) for record in records], out=x)
             records.clear()
         if out is None:
             stacked = tree_stack(records)
-            rollout = Rollout(**stacked._asdict(), bootstrap_value=bootstrap, learner_seat=noise.learner_seat,
+            rollout = Rollout(**{name: getattr(stacked, name) for name in ROLLOUT_FIELDS}, bootstrap_value=bootstrap, learner_seat=noise.learner_seat,
                               policy_state0=memory, policy_state=carry.policy_state)
             return rollout, carry.state
         out.bootstrap_value.copy_(bootstrap)
         out.learner_seat.copy_(noise.learner_seat)
         out.policy_state0, out.policy_state = memory, carry.policy_state
         return out, carry.state
+
+    def _value_final_obs(self, records: list[StepRecord]) -> None:
+        """Set ``final_value`` = V(final_obs) on the truncated rows of the steps that have any (zero elsewhere, as
+        :func:`rollout_advance` sets it), each step's N rows in one call as the step itself would value them; drop
+        the records' ``final_obs``. Reads which steps those are: on the CPU, without a device to wait for."""
+        truncated = torch.stack([record.truncated for record in records])
+        for t in truncated.any(1).nonzero().flatten().tolist():
+            final = torch.where(records[t].truncated, self._value(records[t].final_obs), 0.0)
+            records[t] = records[t]._replace(final_value=final)
+        records[:] = [record._replace(final_obs=None) for record in records]
 
     def empty_rollout(self) -> Rollout:
         """Uninitialised storage for one rollout of this engine (the ``out`` of :meth:`run`)."""

@@ -28,11 +28,17 @@ def _allowed(name: str, tensor: torch.Tensor) -> bool:
     # (also on CUDA), so the read is not a device synchronisation. Allowed for that one caller only.
     # The caller is 2 frames up; 4 when the read came back through _NoMaskIndexing's __torch_function__ (which
     # dispatches the patched method a second time).
-    if name != "item":
+    # A CPU rollout also reads which of its steps had a truncated row (RolloutEngine._value_final_obs): a CPU
+    # tensor has no device to wait for, and the engine takes that path on the CPU only.
+    if name == "item":
+        caller, place = "_get_value", "torch/optim"
+    elif name in ("nonzero", "tolist") and tensor.device.type == "cpu":
+        caller, place = "_value_final_obs", "rl_gpu/collect/engine.py"
+    else:
         return False
     frame, depth = sys._getframe(2), 0
     while frame is not None and depth < 3:
-        if frame.f_code.co_name == "_get_value" and "torch/optim" in frame.f_code.co_filename:
+        if frame.f_code.co_name == caller and place in frame.f_code.co_filename:
             return True
         frame, depth = frame.f_back, depth + 1
     return False

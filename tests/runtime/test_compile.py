@@ -94,6 +94,35 @@ def test_a_rollout_into_storage_stacked_or_copied_per_step_is_the_rollout_withou
     _assert_rollouts(plain, copied)
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+@pytest.mark.parametrize("compile", ["off", "inductor"])
+def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, compile, monkeypatch):
+    """A CPU rollout that keeps its records values the final observations after its last step, only at the steps
+    where a row was truncated (here a 5-step time limit: most of the 12 steps have one). The same rollout as the
+    step's own V(final_obs) (bit for bit eager) and as :func:`collect`, with storage or without."""
+    def env_policy():
+        env = make(env_id, num_envs=16, seed=3, max_episode_steps=5, validate_actions=False)
+        torch.manual_seed(0)
+        return env, policy_for_env(env.spec)
+
+    env, policy = env_policy()
+    reference = collect(policy, env, 12, torch.Generator().manual_seed(1), opponent_rng=torch.Generator().manual_seed(2))
+    env, policy = env_policy()
+    engine = RolloutEngine(policy, env, 12, compile=compile)
+    assert engine._step_final_after is not None
+    noise, state = engine.draw(torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)), env.state
+    after, _ = engine.run(noise, state)
+    stored, _ = engine.run(noise, state, out=engine.empty_rollout())
+    monkeypatch.setattr(engine_module, "FINAL_VALUES_AFTER", False)
+    in_step, _ = engine.run(noise, state)
+    truncated = after.truncated
+    assert 2 <= truncated.any(1).sum() < 12
+    assert (after.final_value[truncated] != 0).all() and (after.final_value[~truncated] == 0).all()
+    _assert_rollouts(after, stored)
+    _assert_rollouts(in_step, after, exact=compile == "off")
+    _assert_rollouts(reference, after, exact=compile == "off")
+
+
 def _reference_update(policy, optimizer, batch, config, generator):
     """The former update: host-checked target_kl that breaks out of the epoch loop."""
     adv, ret = compute_gae(batch.reward * config.reward_scale, batch.value, batch.terminated, batch.truncated,
