@@ -21,7 +21,7 @@ from torch import Tensor
 
 from rl_gpu.collect.reference import critic_kwargs
 from rl_gpu.collect.seats import seat_column
-from rl_gpu.core.pytree import tree_bytes, tree_stack
+from rl_gpu.core.pytree import tree_bytes, tree_leaves, tree_map, tree_stack
 from rl_gpu.core.types import Actor, FunctionalEnv, VecEnv
 from rl_gpu.data.rollout import Rollout, empty_rollout
 from rl_gpu.envs.base import EnvState
@@ -219,6 +219,25 @@ def action_noise(actor: Actor, env: VecEnv, generator: torch.Generator | None) -
     return D.categorical_noise((env.num_envs, env.num_actions), generator, env.device)
 
 
+def starts_drawn_at_once(env: FunctionalEnv, steps: int = 3) -> bool:
+    """``env.draw_starts(k N)`` gives, bit for bit, what k calls of ``env.draw_starts(N)`` give one after the
+    other (tried once with ``steps`` calls, the generator put back after). True of a CPU sampler that makes one
+    draw a call, whose numbers a CPU generator produces one after another (a cart-pole's ``[4, N]`` draw is not:
+    its rows interleave); never assumed on other devices, whose generators advance by blocks a call."""
+    if env.device.type != "cpu":
+        return False
+    n, saved = env.num_envs, env.generator.get_state()
+    try:
+        apart = tree_leaves(tree_stack([env.draw_starts(n) for _ in range(steps)]))
+        env.generator.set_state(saved)
+        together = tree_leaves(env.draw_starts(steps * n))
+    finally:
+        env.generator.set_state(saved)
+    return len(apart) == len(together) and all(
+        a.dtype == b.dtype and a.flatten(0, 1).shape == b.shape and torch.equal(a.flatten(0, 1), b)
+        for a, b in zip(apart, together))
+
+
 def _unbind(x: Tensor | None, steps: int) -> tuple[Tensor, ...] | list[None]:
     return x.unbind(0) if x is not None else [None] * steps
 
@@ -290,6 +309,7 @@ class RolloutEngine:
         # V(final_obs) matters only where a row is truncated, a few steps in a rollout: on the CPU, where reading
         # which steps those are costs nothing, a step that leaves it out saves a critic's forward pass a step.
         self._step_final_after = None
+        self._starts_at_once: bool | None = None  # starts_drawn_at_once(env), tried at the first draw
         if (env.device.type == "cpu" and not episodic and not self.recurrent and env.max_episode_steps is not None
                 and env.spec.critic_obs_size == 0):
             self._step_final_after = compile_unit(partial(step, final_values=False), compile, simd=env_simd(env))
@@ -306,7 +326,13 @@ class RolloutEngine:
         """Every random number of the next rollout (eager; one call per step and stream, as :func:`collect`)."""
         env, steps = self.env, range(self.num_steps)
         initial = env.draw_starts(env.num_envs) if self.episodic else None
-        reset = tree_stack([env.draw_starts(env.num_envs) for _ in steps])
+        if self._starts_at_once is None:
+            self._starts_at_once = starts_drawn_at_once(env)
+        if self._starts_at_once:  # one call for the rollout: the same numbers as a call per step, with fewer operations
+            pool = env.draw_starts(self.num_steps * env.num_envs)
+            reset = tree_map(lambda x: x.view(self.num_steps, env.num_envs, *x.shape[1:]), pool)
+        else:
+            reset = tree_stack([env.draw_starts(env.num_envs) for _ in steps])
         if learner_seat is None:
             learner_seat = torch.randint(0, env.num_players, (env.num_envs,), generator=opponent_rng,
                                          device=env.device)

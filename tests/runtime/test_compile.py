@@ -123,6 +123,25 @@ def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, compile
     _assert_rollouts(reference, after, exact=compile == "off")
 
 
+@pytest.mark.parametrize("env_id, at_once", [("MinAtar-Breakout-v1", True), ("MinAtar-SpaceInvaders-v1", True),
+                                             ("MountainCar-v0", True), ("CartPole-v1", False)])
+def test_a_rollouts_starts_drawn_at_once_are_those_drawn_step_by_step(env_id, at_once):
+    """Where one call of the start sampler for T N rows gives what T calls for N give one after another, the
+    engine makes that one call (the same starts, bit for bit); the check leaves the generator as it found it."""
+    env = make(env_id, num_envs=8, seed=5)
+    before = env.generator.get_state()
+    assert engine_module.starts_drawn_at_once(env) is at_once
+    assert torch.equal(env.generator.get_state(), before)
+    engine = RolloutEngine(policy_for_env(env.spec), env, 6)
+    drawn = engine.draw(torch.Generator().manual_seed(1)).reset
+    assert engine._starts_at_once is at_once
+    env.generator.set_state(before)
+    stepwise = [env.draw_starts(8) for _ in range(6)]
+    for t, start in enumerate(stepwise):
+        for x, y in zip(start, drawn):
+            assert torch.equal(x, y[t])
+
+
 def _reference_update(policy, optimizer, batch, config, generator):
     """The former update: host-checked target_kl that breaks out of the epoch loop."""
     adv, ret = compute_gae(batch.reward * config.reward_scale, batch.value, batch.terminated, batch.truncated,

@@ -71,13 +71,16 @@ class BreakoutEnv(MinAtarEnv[BreakoutState]):
 
     def _sample_initial_state(self, n: int, g: torch.Generator) -> BreakoutState:
         d = self.device
-        right = torch.randint(0, 2, (n,), generator=g, device=d).bool()   # minatar: randint(2)
+        # One draw a call (a rollout's starts are then drawn at once, see rl_gpu.collect.engine): the side the
+        # ball starts on (minatar: randint(2)) from one word's lowest bit, the row's key from the other.
+        words = draw_keys(2 * n, g, d).view(n, 2)
+        right, key = (words[:, 0] & 1).bool(), words[:, 1].clone()
         ball_x = torch.where(right, 9, 0)
         ball_dir = torch.where(right, 3, 2)
         ball_y = torch.full((n,), 3, dtype=torch.int64, device=d)
         zeros = torch.zeros(n, dtype=torch.int64, device=d)
         return BreakoutState(ball_x, ball_y, ball_dir, zeros + 4, ball_x.clone(), ball_y.clone(), _fresh_bricks(n, d),
-                             torch.zeros(n, dtype=torch.bool, device=d), zeros.clone(), draw_keys(n, g, d), zeros.clone())
+                             torch.zeros(n, dtype=torch.bool, device=d), zeros.clone(), key, zeros.clone())
 
     def _transition(self, s: BreakoutState, action: Tensor) -> tuple[BreakoutState, Tensor, Tensor]:
         a = self.sticky(action, s.last_action, s.key, s.t)
