@@ -382,7 +382,7 @@ class MLP(nn.Sequential):
         i = 0
         if x.dtype == torch.bool:  # frames, kept as bools for the first layer's sum over their set cells
             if type(layers[0]) is nn.Linear and frame_kernels.applies(x, layers[0].weight, layers[0].bias):
-                x = frame_kernels.frame_linear_op(x, layers[0].weight, layers[0].bias)
+                x = frame_kernels.kernel_linear(x, layers[0].weight, layers[0].bias)
                 i = 1
             else:
                 x = to_float(x)

@@ -228,18 +228,33 @@ ready._dynamo_marked_constant = True
 
 
 FRAME_FROM = (128, 256)
-"""The kernel runs from this many inputs (I) and rows (R): below either its call's fixed cost (tens of
-microseconds) is more than the dense product's."""
+"""The kernel runs from this many inputs (I) and rows (R) where the weight is trained (the operator with its
+autograd rule): below either its call's fixed cost (tens of microseconds) is more than the dense product's."""
+
+INFER_FROM = 32
+"""Eager code whose weight is not trained (no gradients: collection, evaluation) runs the kernel from this many
+rows (and ``FRAME_FROM[0]`` inputs): its operator without an autograd rule costs a few microseconds a call.
+Compiled code keeps ``FRAME_FROM``: there the dense product's one cast of the frames serves every network that
+reads them (an actor's and a critic's), and two kernel calls cost more below it."""
+
+
+def _trained(weight: Tensor, bias: Tensor) -> bool:
+    return torch.is_grad_enabled() and (weight.requires_grad or bias.requires_grad)
+
+
+def _rows_from(weight: Tensor, bias: Tensor) -> int:
+    return FRAME_FROM[1] if _trained(weight, bias) or torch.compiler.is_compiling() else INFER_FROM
 
 
 def applies(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     """``F.linear(x, weight, bias)`` on boolean ``x`` may run as :func:`frame_linear`: plain float32 CPU tensors
     (not a functorch transform's wrappers, for which the operator has no rule) of at least ``FRAME_FROM`` inputs
-    and rows, one torch thread (the kernel runs on one), no autocast, outside TorchScript and exports, with the
-    kernel built."""
+    and rows (``INFER_FROM`` rows in eager code whose weight is not trained), one torch thread (the kernel runs on
+    one), no autocast, outside TorchScript and exports, with the kernel built."""
     inputs = x.shape[-1] if x.dim() else 0
     return (USE_FRAME_KERNEL and x.dtype == torch.bool and x.device.type == "cpu" and bias is not None
-            and inputs >= FRAME_FROM[0] and x.numel() // inputs >= FRAME_FROM[1]
+            and inputs >= FRAME_FROM[0]
+            and x.numel() // inputs >= _rows_from(weight, bias)
             and weight.dtype == bias.dtype == torch.float32 and weight.device.type == "cpu"
             and ready() and not torch.is_autocast_enabled("cpu")
             and not torch.jit.is_tracing() and not torch.jit.is_scripting() and not torch.compiler.is_exporting()
@@ -273,9 +288,7 @@ def _built() -> ctypes.CDLL:
     return library
 
 
-@torch.library.custom_op("rl_gpu::frame_linear", mutates_args=())
-def frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """The kernel as an operator, for a caller that has checked :func:`applies` (:func:`frame_linear` checks)."""
+def _forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     _check(x, weight, bias)
     rows, (out_features, in_features) = _rows(x), weight.shape
     out = torch.empty(rows.shape[0], out_features)
@@ -286,9 +299,32 @@ def frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     return out.view(*x.shape[:-1], out_features)
 
 
-@frame_linear_op.register_fake
-def _(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+def _forward_fake(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     return weight.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+@torch.library.custom_op("rl_gpu::frame_linear", mutates_args=())
+def frame_linear_op(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """The kernel as an operator, for a caller that has checked :func:`applies` (:func:`frame_linear` checks)."""
+    return _forward(x, weight, bias)
+
+
+frame_linear_op.register_fake(_forward_fake)
+
+# The same forward pass as an operator with no autograd rule, for weights that are not trained: a custom_op's
+# Python wrapper (its autograd dispatch and checks) costs 30-40 microseconds a call, this one's dispatch a few.
+_LIB = torch.library.Library("rl_gpu", "FRAGMENT")
+_LIB.define("frame_linear_infer(Tensor x, Tensor weight, Tensor bias) -> Tensor")
+_LIB.impl("frame_linear_infer", _forward, "CPU")
+torch.library.register_fake("rl_gpu::frame_linear_infer", _forward_fake, lib=_LIB)
+
+
+def kernel_linear(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """The kernel's ``F.linear(x, weight, bias)``, for a caller that has checked :func:`applies`: the operator
+    with the weight gradient where the weight is trained, else the one without."""
+    if _trained(weight, bias):
+        return frame_linear_op(x, weight, bias)
+    return torch.ops.rl_gpu.frame_linear_infer(x, weight, bias)
 
 
 @torch.library.custom_op("rl_gpu::frame_linear_weight_grad", mutates_args=())
@@ -332,5 +368,5 @@ def frame_linear(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     the C kernel where :func:`applies`, else the product of ``x`` as floats. ``[*B, O]``; gradients for the
     weight and bias (none for ``x``)."""
     if applies(x, weight, bias):
-        return frame_linear_op(x, weight, bias)
+        return kernel_linear(x, weight, bias)
     return F.linear(x.to(weight.dtype), weight, bias)

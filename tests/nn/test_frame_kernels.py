@@ -43,6 +43,29 @@ def test_forward_and_gradients_equal_the_dense_products(inputs, outputs):
     torch.testing.assert_close(got_b, want_b)
 
 
+def test_untrained_weights_take_the_operator_without_autograd():
+    """Without gradients (a rollout, an evaluation) the layer calls ``rl_gpu::frame_linear_infer``: the same
+    sums, for any leading dimensions, with a schema and fake form compiled code can call."""
+    x = frames(3 * 40, 200, seed=3).reshape(3, 40, 200)
+    weight, bias = torch.randn(64, 200, requires_grad=True), torch.randn(64, requires_grad=True)
+    calls = []
+    forward = fk._forward
+    with torch.no_grad():
+        torch.testing.assert_close(fk.frame_linear(x, weight, bias), F.linear(x.float(), weight, bias), rtol=0,
+                                   atol=2e-5)
+        torch.library.opcheck(torch.ops.rl_gpu.frame_linear_infer.default, (x, weight.detach(), bias.detach()),
+                              test_utils=("test_schema", "test_faketensor"))
+    assert fk.frame_linear(x, weight, bias).requires_grad  # trained: the operator with its gradient
+    fk._LIB.impl("frame_linear_infer", lambda *a: calls.append(1) or forward(*a), "CPU", allow_override=True)
+    try:
+        with torch.no_grad():
+            fk.frame_linear(x, weight, bias)
+        fk.frame_linear(x, weight, bias)
+    finally:
+        fk._LIB.impl("frame_linear_infer", forward, "CPU", allow_override=True)
+    assert calls == [1]
+
+
 def test_leading_dimensions_and_gradients_through_the_custom_operator_check():
     x = frames(2 * 160, 136).reshape(2, 160, 136)
     weight = torch.randn(16, 136, dtype=torch.float64)
@@ -63,15 +86,24 @@ def test_the_operators_refuse_what_the_kernel_cannot_read():
                  (x, weight, torch.randn(7))):
         with pytest.raises(ValueError, match="frame_linear takes CPU tensors"):
             torch.ops.rl_gpu.frame_linear(*args)
+        with pytest.raises(ValueError, match="frame_linear takes CPU tensors"):
+            torch.ops.rl_gpu.frame_linear_infer(*args)
     for x_, grad in ((x, torch.randn(3, 8)), (x.to(torch.uint8), torch.randn(4, 8))):
         with pytest.raises(ValueError, match="weight gradient takes CPU tensors"):
             torch.ops.rl_gpu.frame_linear_weight_grad(x_, grad)
 
 
-def test_small_layers_threads_and_autocast_take_the_dense_product():
-    weight, bias = torch.randn(8, 400), torch.randn(8)
+def test_small_layers_threads_and_autocast_take_the_dense_product(monkeypatch):
+    weight, bias = torch.randn(8, 400, requires_grad=True), torch.randn(8, requires_grad=True)
     assert fk.applies(frames(256, 400), weight, bias)
-    assert not fk.applies(frames(255, 400), weight, bias)  # too few rows
+    assert not fk.applies(frames(255, 400), weight, bias)  # too few rows for a trained weight
+    with torch.no_grad():  # not trained: eager code runs it from INFER_FROM rows, compiled code from FRAME_FROM's
+        assert fk.applies(frames(32, 400), weight, bias) and not fk.applies(frames(31, 400), weight, bias)
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+        assert not fk.applies(frames(255, 400), weight, bias) and fk.applies(frames(256, 400), weight, bias)
+        monkeypatch.undo()
+    weight, bias = weight.detach(), bias.detach()
+    assert fk.applies(frames(32, 400), weight, bias)
     assert not fk.applies(frames(256, 127), torch.randn(8, 127), bias)  # too few inputs
     assert not fk.applies(frames(256, 400).float(), weight, bias)
     with torch.autocast("cpu", dtype=torch.bfloat16):
