@@ -13,6 +13,7 @@ host synchronisation and no data-dependent shape.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple
 
@@ -122,6 +123,18 @@ def rollout_step(
                                        noise=noise, **critic_kwargs(carry.critic_obs))
     return rollout_advance(policy, opponent, env, carry, out, opponent_noise, reset_inner, learner_seat,
                            episodic=episodic, after=after)
+
+
+def rollout_steps(step, carry: StepCarry, policy_noise: tuple, opponent_noise: tuple, reset_inner: tuple,
+                  learner_seat: Tensor) -> tuple[StepCarry, tuple[StepRecord, ...]]:
+    """``step`` (a :func:`rollout_step` with its policy, opponent and environment bound) once for each element of
+    ``policy_noise``, ``opponent_noise`` and ``reset_inner`` (one step's each), in order: the carry after the last
+    step and every step's record (what one compiled unit runs for several steps, :data:`STEPS_PER_CALL`)."""
+    records = []
+    for noise, other, reset in zip(policy_noise, opponent_noise, reset_inner):
+        carry, record = step(carry, noise, other, reset, learner_seat)
+        records.append(record)
+    return carry, tuple(records)
 
 
 def rollout_act(policy: Actor, carry: StepCarry, noise: Tensor | None, *, deterministic: bool):
@@ -250,6 +263,12 @@ GUARDS_ONCE = True
 """Compiled rollouts check their units' guards at the first two steps only (:func:`guards_checked_once`; a switch
 for benchmarks and tests)."""
 
+STEPS_PER_CALL = 2
+"""A compiled rollout on the CPU runs this many steps in each call of its compiled unit (when T is a multiple of
+it): the fixed cost of a call (TorchDynamo's frame and the wrappers around the compiled code, tens of
+microseconds) is paid once for them. The unit takes about as many times longer to compile (a switch for
+benchmarks and tests)."""
+
 FINAL_VALUES_AFTER = True
 """CPU rollouts that keep their records value the final observations after the last step, only at the steps where
 a row was truncated (see :meth:`RolloutEngine.run`; a switch for benchmarks and tests)."""
@@ -302,17 +321,33 @@ class RolloutEngine:
         self.opponent = opponent if opponent is not None else UniformRandomPolicy()
         self.deterministic = deterministic
         self.compile = compile
-        step = partial(rollout_step, policy, self.opponent, env, deterministic=deterministic, episodic=episodic)
-        self._step = compile_unit(step, compile, simd=env_simd(env))
+        self._step = partial(rollout_step, policy, self.opponent, env, deterministic=deterministic,
+                             episodic=episodic)
+        self._units: dict[tuple[int, bool], Callable] = {}
+        """Compiled (or plain) step units by (steps a call, final values left to :meth:`run`), built when used."""
         value = policy.value_with_state if self.recurrent else policy.value
         self._value = compile_unit(value, compile) if not episodic else None
         # V(final_obs) matters only where a row is truncated, a few steps in a rollout: on the CPU, where reading
         # which steps those are costs nothing, a step that leaves it out saves a critic's forward pass a step.
-        self._step_final_after = None
+        self.final_values_after = (env.device.type == "cpu" and not episodic and not self.recurrent
+                                   and env.max_episode_steps is not None and env.spec.critic_obs_size == 0)
         self._starts_at_once: bool | None = None  # starts_drawn_at_once(env), tried at the first draw
-        if (env.device.type == "cpu" and not episodic and not self.recurrent and env.max_episode_steps is not None
-                and env.spec.critic_obs_size == 0):
-            self._step_final_after = compile_unit(partial(step, final_values=False), compile, simd=env_simd(env))
+
+    def _unit(self, steps: int, final_after: bool) -> Callable:
+        """The unit that runs ``steps`` steps a call (:func:`rollout_step` itself for one, else
+        :func:`rollout_steps`), leaving the final values to :meth:`run` with ``final_after``."""
+        key = (steps, final_after)
+        if key not in self._units:
+            step = partial(self._step, final_values=not final_after)
+            fn = step if steps == 1 else partial(rollout_steps, step)
+            self._units[key] = compile_unit(fn, self.compile, simd=env_simd(self.env))
+        return self._units[key]
+
+    def steps_per_call(self) -> int:
+        """Steps each call of the rollout's unit runs: :data:`STEPS_PER_CALL` for a compiled CPU rollout whose T
+        is a multiple of it, else 1."""
+        k = STEPS_PER_CALL
+        return k if self.compile != "off" and self.env.device.type == "cpu" and self.num_steps % k == 0 else 1
 
     def _noise(self, actor: Actor, generator: torch.Generator | None) -> Tensor:
         return action_noise(actor, self.env, generator)
@@ -379,28 +414,35 @@ class RolloutEngine:
         storage = [None if out is None else getattr(out, name) for name in ROLLOUT_FIELDS]
         if out is not None and sum(x.numel() * x.element_size() for x in storage if x is not None) > STACK_BYTES:
             slots = [None if x is None else x.unbind(0) for x in storage]
-        step_unit = self._step
-        if slots is None and self._step_final_after is not None and FINAL_VALUES_AFTER:
-            step_unit = self._step_final_after
+        final_after = slots is None and self.final_values_after and FINAL_VALUES_AFTER
+        k = self.steps_per_call()
+        unit = self._unit(k, final_after)
+
+        def reset(t: int) -> tuple:
+            return type(noise.reset)(*(f[t] for f in reset_fields))
+
         with contextlib.ExitStack() as stack:
-            for t in range(self.num_steps):
-                if t == 2 and self.compile != "off" and GUARDS_ONCE:
-                    # Step 0 starts from the rollout's starting state, step 1 from the step's own outputs (which
-                    # may be laid out otherwise, and then compile a second entry); every later step has step 1's
-                    # inputs but for the step index, so the guards are checked at the first two steps only.
+            for t in range(0, self.num_steps, k):
+                if t == 2 * k and self.compile != "off" and GUARDS_ONCE:
+                    # Call 0 starts from the rollout's starting state, call 1 from the unit's own outputs (which
+                    # may be laid out otherwise, and then compile a second entry); every later call has call 1's
+                    # inputs but for the step index, so the guards are checked at the first two calls only.
                     stack.enter_context(guards_checked_once())
-                carry, record = step_unit(
-                    carry, policy_noise[t], opponent_noise[t], type(noise.reset)(*(f[t] for f in reset_fields)),
-                    noise.learner_seat,
-                )
-                if slots is None:
-                    records.append(record)
+                if k == 1:
+                    carry, record = unit(carry, policy_noise[t], opponent_noise[t], reset(t), noise.learner_seat)
+                    taken = (record,)
                 else:
-                    for slot, value in zip(slots, record):
-                        if slot is not None:
-                            slot[t].copy_(value)
-                del record
-        if step_unit is self._step_final_after:
+                    carry, taken = unit(carry, tuple(policy_noise[t:t + k]), tuple(opponent_noise[t:t + k]),
+                                        tuple(reset(t + i) for i in range(k)), noise.learner_seat)
+                for i, record in enumerate(taken):
+                    if slots is None:
+                        records.append(record)
+                    else:
+                        for slot, value in zip(slots, record):
+                            if slot is not None:
+                                slot[t + i].copy_(value)
+                del record, taken
+        if final_after:
             self._value_final_obs(records)
         if self.episodic:
             bootstrap = torch.zeros(env.num_envs, device=env.device)

@@ -109,7 +109,7 @@ def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, compile
     reference = collect(policy, env, 12, torch.Generator().manual_seed(1), opponent_rng=torch.Generator().manual_seed(2))
     env, policy = env_policy()
     engine = RolloutEngine(policy, env, 12, compile=compile)
-    assert engine._step_final_after is not None
+    assert engine.final_values_after
     noise, state = engine.draw(torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)), env.state
     after, _ = engine.run(noise, state)
     stored, _ = engine.run(noise, state, out=engine.empty_rollout())
@@ -121,6 +121,25 @@ def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, compile
     _assert_rollouts(after, stored)
     _assert_rollouts(in_step, after, exact=compile == "off")
     _assert_rollouts(reference, after, exact=compile == "off")
+
+
+def test_a_compiled_rollout_of_two_steps_a_call_is_the_rollout_of_one(monkeypatch):
+    """A compiled CPU rollout runs ``STEPS_PER_CALL`` steps in each call of its unit (T a multiple of it): the
+    same rollout as one step a call (the guards checked at its first two calls, truncations valued after), and T
+    that is not a multiple runs one step a call."""
+    env = make("CartPole-v1", num_envs=16, seed=3, max_episode_steps=5, validate_actions=False)
+    torch.manual_seed(0)
+    engine = RolloutEngine(policy_for_env(env.spec), env, 12, compile="inductor")
+    assert engine.steps_per_call() == 2
+    assert RolloutEngine(engine.policy, env, 11, compile="inductor").steps_per_call() == 1
+    assert RolloutEngine(engine.policy, env, 12).steps_per_call() == 1
+    noise, state = engine.draw(torch.Generator().manual_seed(1)), env.state
+    two, _ = engine.run(noise, state)
+    monkeypatch.setattr(engine_module, "STEPS_PER_CALL", 1)
+    assert engine.steps_per_call() == 1
+    one, _ = engine.run(noise, state)
+    assert sorted(engine._units) == [(1, True), (2, True)] and two.truncated.any()
+    _assert_rollouts(one, two, exact=True)
 
 
 @pytest.mark.parametrize("env_id, at_once", [("MinAtar-Breakout-v1", True), ("MinAtar-SpaceInvaders-v1", True),
