@@ -236,7 +236,8 @@ def starts_drawn_at_once(env: FunctionalEnv, steps: int = 3) -> bool:
     """``env.draw_starts(k N)`` gives, bit for bit, what k calls of ``env.draw_starts(N)`` give one after the
     other (tried once with ``steps`` calls, the generator put back after). True of a CPU sampler that makes one
     draw a call, whose numbers a CPU generator produces one after another (a cart-pole's ``[4, N]`` draw is not:
-    its rows interleave); never assumed on other devices, whose generators advance by blocks a call."""
+    its rows interleave); never assumed on other devices, whose generators advance by blocks a call, nor for a
+    sampler that refuses other row counts."""
     if env.device.type != "cpu":
         return False
     n, saved = env.num_envs, env.generator.get_state()
@@ -244,6 +245,8 @@ def starts_drawn_at_once(env: FunctionalEnv, steps: int = 3) -> bool:
         apart = tree_leaves(tree_stack([env.draw_starts(n) for _ in range(steps)]))
         env.generator.set_state(saved)
         together = tree_leaves(env.draw_starts(steps * n))
+    except Exception:  # a sampler for its own N rows only (a multi-task batch's): a call per step
+        return False
     finally:
         env.generator.set_state(saved)
     return len(apart) == len(together) and all(

@@ -149,6 +149,9 @@ def test_a_rollouts_starts_drawn_at_once_are_those_drawn_step_by_step(env_id, at
     engine makes that one call (the same starts, bit for bit); the check leaves the generator as it found it."""
     env = make(env_id, num_envs=8, seed=5)
     before = env.generator.get_state()
+    if env_id == "CartPole-v1":  # also: a sampler that refuses another row count (a multi-task batch's)
+        multi = make("multitask:CartPole-v1|CartPole-v1?length=1.0", num_envs=8, seed=5)
+        assert not engine_module.starts_drawn_at_once(multi)
     assert engine_module.starts_drawn_at_once(env) is at_once
     assert torch.equal(env.generator.get_state(), before)
     engine = RolloutEngine(policy_for_env(env.spec), env, 6)
