@@ -139,7 +139,8 @@ class DoubleBufferedEngine(RolloutEngine):
         bootstrap = self._value(final.obs, **critic_kwargs(final.critic_obs))
         if out is None:
             stacked = _cat(tree_stack(records[0]), tree_stack(records[1]), dim=1)
-            return Rollout(**{name: getattr(stacked, name) for name in ROLLOUT_FIELDS}, bootstrap_value=bootstrap, learner_seat=noise.learner_seat), final.state
+            return Rollout(**{name: getattr(stacked, name) for name in ROLLOUT_FIELDS}, bootstrap_value=bootstrap,
+                           learner_seat=noise.learner_seat), final.state
         out.bootstrap_value.copy_(bootstrap)
         out.learner_seat.copy_(noise.learner_seat)
         return out, final.state

@@ -361,12 +361,13 @@ class RolloutEngine:
         opponent_rng: torch.Generator | None = None,
         learner_seat: Tensor | None = None,
     ) -> RolloutNoise:
-        """Every random number of the next rollout (eager; one call per step and stream, as :func:`collect`)."""
+        """Every random number of the next rollout (eager; in the order :func:`collect` draws them: the starts in one
+        call where :func:`starts_drawn_at_once`, else one call per step)."""
         env, steps = self.env, range(self.num_steps)
         initial = env.draw_starts(env.num_envs) if self.episodic else None
         if self._starts_at_once is None:
             self._starts_at_once = starts_drawn_at_once(env)
-        if self._starts_at_once:  # one call for the rollout: the same numbers as a call per step, with fewer operations
+        if self._starts_at_once:  # one call for the rollout: the numbers of a call per step, in fewer operations
             pool = env.draw_starts(self.num_steps * env.num_envs)
             reset = tree_map(lambda x: x.view(self.num_steps, env.num_envs, *x.shape[1:]), pool)
         else:
@@ -460,8 +461,8 @@ class RolloutEngine:
             records.clear()
         if out is None:
             stacked = tree_stack(records)
-            rollout = Rollout(**{name: getattr(stacked, name) for name in ROLLOUT_FIELDS}, bootstrap_value=bootstrap, learner_seat=noise.learner_seat,
-                              policy_state0=memory, policy_state=carry.policy_state)
+            rollout = Rollout(**{name: getattr(stacked, name) for name in ROLLOUT_FIELDS}, bootstrap_value=bootstrap,
+                              learner_seat=noise.learner_seat, policy_state0=memory, policy_state=carry.policy_state)
             return rollout, carry.state
         out.bootstrap_value.copy_(bootstrap)
         out.learner_seat.copy_(noise.learner_seat)

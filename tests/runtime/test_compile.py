@@ -106,7 +106,8 @@ def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, compile
         return env, policy_for_env(env.spec)
 
     env, policy = env_policy()
-    reference = collect(policy, env, 12, torch.Generator().manual_seed(1), opponent_rng=torch.Generator().manual_seed(2))
+    reference = collect(policy, env, 12, torch.Generator().manual_seed(1),
+                        opponent_rng=torch.Generator().manual_seed(2))
     env, policy = env_policy()
     engine = RolloutEngine(policy, env, 12, compile=compile)
     assert engine.final_values_after
