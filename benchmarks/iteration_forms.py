@@ -28,6 +28,7 @@ from frame_update import MAX_ROUNDS, alternate, print_forms
 
 from rl_gpu.algos.ppo import PPO, PPOConfig
 from rl_gpu.collect import engine as engine_module
+from rl_gpu.envs.random_draws import starts_drawn_at_once
 from rl_gpu.envs.registry import make
 from rl_gpu.nn.actor_critic import mlp_for_env
 
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
         engine_module.FINAL_VALUES_AFTER, engine_module.STEPS_PER_CALL = final_after, steps
         algo = algos[name]
         for engine in algo._engines.values():
-            engine._starts_at_once = at_once and engine_module.starts_drawn_at_once(engine.env)
+            engine._starts_at_once = at_once and starts_drawn_at_once(engine.env)
         start = time.perf_counter()
         algo.iterate()
         return (time.perf_counter() - start) * 1000

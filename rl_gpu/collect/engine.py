@@ -4,10 +4,12 @@
 Shape legend: T = steps per rollout, N = environments, O = observation shape, A = discrete actions.
 
 :class:`RolloutEngine` draws every random number of a rollout first (:class:`RolloutNoise`, in the order
-:func:`rl_gpu.collect.reference.collect` would draw them, so both give identical rollouts), then runs T calls of
+:func:`rl_gpu.collect.reference.collect` would draw them, so both give identical rollouts), then runs T steps of
 one pure step function (:func:`rollout_step`: policy, opponent, environment transition and auto-reset, the record
 of the step) that can be compiled or captured in a CUDA graph because it holds no random-number generation, no
-host synchronisation and no data-dependent shape.
+host synchronisation and no data-dependent shape. On the CPU a compiled unit runs two steps a call
+(:data:`STEPS_PER_CALL`), and the critic's value of the final observations of truncated rows is taken after the
+last step (:data:`FINAL_VALUES_AFTER`).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from torch import Tensor
 
 from rl_gpu.collect.reference import critic_kwargs
 from rl_gpu.collect.seats import seat_column
-from rl_gpu.core.pytree import tree_bytes, tree_leaves, tree_map, tree_stack
+from rl_gpu.core.pytree import tree_bytes, tree_map, tree_stack
 from rl_gpu.core.types import Actor, FunctionalEnv, VecEnv
 from rl_gpu.data.rollout import Rollout, empty_rollout
 from rl_gpu.envs.base import EnvState
+from rl_gpu.envs.random_draws import starts_drawn_at_once
 from rl_gpu.nn import distributions as D
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
 from rl_gpu.nn.memory import is_recurrent, reset_state
@@ -232,28 +235,6 @@ def action_noise(actor: Actor, env: VecEnv, generator: torch.Generator | None) -
     return D.categorical_noise((env.num_envs, env.num_actions), generator, env.device)
 
 
-def starts_drawn_at_once(env: FunctionalEnv, steps: int = 3) -> bool:
-    """``env.draw_starts(k N)`` gives, bit for bit, what k calls of ``env.draw_starts(N)`` give one after the
-    other (tried once with ``steps`` calls, the generator put back after). True of a CPU sampler that makes one
-    draw a call, whose numbers a CPU generator produces one after another (a cart-pole's ``[4, N]`` draw is not:
-    its rows interleave); never assumed on other devices, whose generators advance by blocks a call, nor for a
-    sampler that refuses other row counts."""
-    if env.device.type != "cpu":
-        return False
-    n, saved = env.num_envs, env.generator.get_state()
-    try:
-        apart = tree_leaves(tree_stack([env.draw_starts(n) for _ in range(steps)]))
-        env.generator.set_state(saved)
-        together = tree_leaves(env.draw_starts(steps * n))
-    except Exception:  # a sampler for its own N rows only (a multi-task batch's): a call per step
-        return False
-    finally:
-        env.generator.set_state(saved)
-    return len(apart) == len(together) and all(
-        a.dtype == b.dtype and a.flatten(0, 1).shape == b.shape and torch.equal(a.flatten(0, 1), b)
-        for a, b in zip(apart, together))
-
-
 def _unbind(x: Tensor | None, steps: int) -> tuple[Tensor, ...] | list[None]:
     return x.unbind(0) if x is not None else [None] * steps
 
@@ -281,7 +262,7 @@ class RolloutEngine:
     """The hot loop's collector: fixed-shape ``[T, N]`` rollouts of a :class:`TensorEnv`, eager or compiled.
 
     ``collect(policy_rng, opponent_rng)`` is :meth:`draw` (every random number of the rollout, eagerly, outside
-    compiled code) followed by :meth:`run` (T calls of :func:`rollout_step`, compiled when ``compile`` is
+    compiled code) followed by :meth:`run` (T steps of :func:`rollout_step`, compiled when ``compile`` is
     ``"inductor"`` or ``"cudagraphs"``). Neither synchronises with the host. The environment's ``state`` is
     carried over between rollouts exactly as :func:`collect` carries it; action validation is never run (it
     reads values back to the host).

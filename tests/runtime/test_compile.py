@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from rl_gpu.runtime.compile import guards_checked_once, resolve_compile
+from rl_gpu.envs.random_draws import starts_drawn_at_once
 from rl_gpu.envs.registry import make
 from rl_gpu.data.advantages import compute_gae
 from rl_gpu.algos.ppo.algorithm import UPDATE_METRICS
@@ -152,8 +153,8 @@ def test_a_rollouts_starts_drawn_at_once_are_those_drawn_step_by_step(env_id, at
     before = env.generator.get_state()
     if env_id == "CartPole-v1":  # also: a sampler that refuses another row count (a multi-task batch's)
         multi = make("multitask:CartPole-v1|CartPole-v1?length=1.0", num_envs=8, seed=5)
-        assert not engine_module.starts_drawn_at_once(multi)
-    assert engine_module.starts_drawn_at_once(env) is at_once
+        assert not starts_drawn_at_once(multi)
+    assert starts_drawn_at_once(env) is at_once
     assert torch.equal(env.generator.get_state(), before)
     engine = RolloutEngine(policy_for_env(env.spec), env, 6)
     drawn = engine.draw(torch.Generator().manual_seed(1)).reset
