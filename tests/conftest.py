@@ -13,6 +13,15 @@ import rl_gpu.envs.mujoco  # noqa: F401,E402
 torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _one_step_a_compiled_call(monkeypatch):
+    """Compiled CPU rollouts run one step a call here: the two-step unit (the default) takes about twice as long to
+    compile, and tests/runtime/test_compile.py checks that it gives the rollout of one step a call, bit for bit."""
+    from rl_gpu.collect import engine
+
+    monkeypatch.setattr(engine, "STEPS_PER_CALL", 1)
+
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
