@@ -20,11 +20,11 @@ and every form's first iteration (its compilation) is left out. Prints milliseco
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
-from frame_update import MAX_ROUNDS, alternate, print_forms
+from frame_update import alternate, print_forms
+from rollout_forms import game_and_rounds
 
 from rl_gpu.algos.ppo import PPO, PPOConfig
 from rl_gpu.collect import engine as engine_module
@@ -38,13 +38,7 @@ FORMS = {"before": (False, False, 1), "final values after": (True, False, 1),
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--game", default="Breakout", choices=["Breakout", "SpaceInvaders"],
-                        help="the MinAtar game (default Breakout)")
-    parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
-    args = parser.parse_args(argv)
-    if not 1 <= args.rounds <= MAX_ROUNDS:
-        parser.error(f"--rounds must be 1 to {MAX_ROUNDS:,}, got {args.rounds:,}")
+    args = game_and_rounds(__doc__, argv)
     torch.set_num_threads(1)
     config = PPOConfig(update_epochs=4, num_minibatches=8, gamma=0.99, gae_lambda=0.95, clip_coef=0.2,
                        ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, norm_adv=True, clip_vloss=True)

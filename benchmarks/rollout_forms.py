@@ -33,8 +33,9 @@ FORMS = {"guards checked at every step, copies per step": (False, 0),
 """Each form: (guards checked at the first two steps only, ``STACK_BYTES``)."""
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def game_and_rounds(doc: str, argv: list[str] | None) -> argparse.Namespace:
+    """``--game`` and ``--rounds`` of a benchmark on a MinAtar game, checked (one line and exit 2 otherwise)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--game", default="Breakout", choices=["Breakout", "SpaceInvaders"],
                         help="the MinAtar game (default Breakout)")
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
@@ -43,6 +44,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.rounds > MAX_ROUNDS:
         parser.error(f"--rounds must be at most {MAX_ROUNDS:,}, got {args.rounds:,}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = game_and_rounds(__doc__, argv)
     torch.set_num_threads(1)
     env = make(f"MinAtar-{args.game}-v1", num_envs=N, device="cpu", seed=0, validate_actions=False)
     torch.manual_seed(0)
