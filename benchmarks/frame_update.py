@@ -77,10 +77,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="random frames (10%% set) or a game's under random actions (default random)")
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
-    if args.rounds > MAX_ROUNDS:
-        parser.error(f"--rounds must be at most {MAX_ROUNDS:,}, got {args.rounds:,}")
+    check_rounds(parser, args.rounds)
     if not 1 <= args.obs_size <= 4096:
         parser.error(f"--obs-size must be between 1 and 4,096, got {args.obs_size:,}")
     if args.frames == "played" and args.obs_size not in GAMES:
@@ -119,6 +116,14 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\nobs size {args.obs_size}, {args.frames} frames, ms per update, median [rounds]; every form's first "
           "update: the same parameters (the frame kernel's to 1e-5)")
     print_forms(times, "ms per update")
+
+
+def check_rounds(parser: argparse.ArgumentParser, rounds: int) -> None:
+    """Refuse ``--rounds`` below 1 or above :data:`MAX_ROUNDS` (one line and exit 2)."""
+    if rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {rounds}")
+    if rounds > MAX_ROUNDS:
+        parser.error(f"--rounds must be at most {MAX_ROUNDS:,}, got {rounds:,}")
 
 
 def alternate(names: list[str], rounds: int, run) -> dict[str, list[float]]:

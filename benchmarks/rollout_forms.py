@@ -18,7 +18,7 @@ import argparse
 import time
 
 import torch
-from frame_update import MAX_ROUNDS, alternate, print_forms
+from frame_update import alternate, check_rounds, print_forms
 
 from rl_gpu.collect import engine as engine_module
 from rl_gpu.collect.engine import ROLLOUT_FIELDS, RolloutEngine
@@ -40,10 +40,7 @@ def game_and_rounds(doc: str, argv: list[str] | None) -> argparse.Namespace:
                         help="the MinAtar game (default Breakout)")
     parser.add_argument("--rounds", type=int, default=8, help="alternating rounds (default 8)")
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
-    if args.rounds > MAX_ROUNDS:
-        parser.error(f"--rounds must be at most {MAX_ROUNDS:,}, got {args.rounds:,}")
+    check_rounds(parser, args.rounds)
     return args
 
 
