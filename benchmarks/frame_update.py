@@ -1,8 +1,9 @@
-"""A compiled PPO update on boolean frames on the CPU, four forms alternating in one process: the loss gathering
+"""A compiled PPO update on boolean frames on the CPU, five forms alternating in one process: the loss gathering
 and casting the minibatch's frames itself (inside compiled code), the frames gathered and cast eagerly
 (``UpdateUnits.gather_frames``), that with fused Adam stepped without ``optimizer.step()``'s Python
-(``fused_adam_steps``), and that with the frames kept boolean for the first layers' sum of the set cells' weights
-(``rl_gpu.nn.frame_kernels``; all three are the default).
+(``fused_adam_steps``), that with the frames kept boolean for the first layers' sum of the set cells' weights
+(``rl_gpu.nn.frame_kernels``), and that with each minibatch's forward, gradients and clipping as one compiled graph
+(``UpdateUnits.minibatch``; all four are the default).
 
 The shape of the PureJaxRL MinAtar comparison (benchmarks/purejaxrl_minatar.py): 64 environments x 128 steps,
 4 epochs of 8 minibatches of 1,024 slots, two 64-64 tanh MLPs on the flattened ``10 x 10 x C`` frames
@@ -34,10 +35,12 @@ from rl_gpu.nn.actor_critic import ActorCritic
 from rl_gpu.nn.cpu_kernels import use_cpu_kernels
 
 T, N, A = 128, 64, 6
-FORMS = {"loss gathers frames": (False, False, False), "eager frame gather": (True, False, False),
-         "eager frame gather + fused Adam step": (True, True, False),
-         "eager frame gather + fused Adam step + frame kernel": (True, True, True)}
-"""Each form: (frames gathered eagerly, fused Adam stepped directly, boolean frames into the frame kernel)."""
+FORMS = {"loss gathers frames": (False, False, False, False), "eager frame gather": (True, False, False, False),
+         "eager frame gather + fused Adam step": (True, True, False, False),
+         "eager frame gather + fused Adam step + frame kernel": (True, True, True, False),
+         "+ one graph per minibatch": (True, True, True, True)}
+"""Each form: (frames gathered eagerly, fused Adam stepped directly, boolean frames into the frame kernel, a
+minibatch as one graph)."""
 GAMES = {400: "MinAtar-Breakout-v1", 600: "MinAtar-SpaceInvaders-v1"}
 MAX_ROUNDS = 1000
 """The most ``--rounds`` taken (a round of the four forms is about a second)."""
@@ -89,13 +92,15 @@ def main(argv: list[str] | None = None) -> None:
     permutations = ppo_update.draw_permutations(T * N, 4, torch.Generator().manual_seed(1), torch.device("cpu"))
     fused_ready = ppo_update.fused_adam_ready
     units = {}
-    for name, (gather, _, _) in FORMS.items():
+    for name, (gather, _, _, one_graph) in FORMS.items():
         torch.manual_seed(0)
         policy = use_cpu_kernels(ActorCritic(args.obs_size, A, (64, 64)))
         optimizer = make_adam(policy.parameters(), torch.tensor(5e-4), torch.device("cpu"))
         units[name] = ppo_update.UpdateUnits(policy, optimizer, config, mode="inductor")
         if not gather:
             units[name].gather_frames = lambda flat, idx: {}
+        if not one_graph:
+            units[name].minibatch = None
 
     def update(name: str) -> float:
         ppo_update.fused_adam_ready = fused_ready if FORMS[name][1] else (lambda optimizer: False)

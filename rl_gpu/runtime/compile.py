@@ -69,12 +69,14 @@ def env_simd(env: Any) -> bool:
     return bool(getattr(env, "compile_simd", True))
 
 
-def compile_unit(fn: F, mode: str, *, simd: bool = True) -> F:
+def compile_unit(fn: F, mode: str, *, simd: bool = True, autograd: bool = False) -> F:
     """``fn`` itself (``off``) or compiled with Inductor for static shapes (every other mode).
 
     ``fullgraph=True``: a unit that would break the graph (a host read, a data-dependent shape) fails loudly
     instead of silently falling back to eager code. ``simd`` False: CPU kernels without SIMD
-    (:data:`SCALAR_CPU_KERNELS`; a unit stepping an environment passes :func:`env_simd`).
+    (:data:`SCALAR_CPU_KERNELS`; a unit stepping an environment passes :func:`env_simd`). ``autograd``: ``fn``
+    calls ``torch.autograd.grad``, traced into the unit's graph (TorchDynamo's ``trace_autograd_ops``, set
+    around every call of the unit, so a recompilation traces it too) rather than a graph break.
     """
     if mode == "off":
         return fn
@@ -85,7 +87,8 @@ def compile_unit(fn: F, mode: str, *, simd: bool = True) -> F:
     except ImportError:  # torch < 2.6 has no cacheable custom passes; the units compile without the pass
         INDUCTOR_OPTIONS = {}
     options = {**INDUCTOR_OPTIONS, **({} if simd else SCALAR_CPU_KERNELS)}
-    return torch.compile(_own_code(fn), dynamic=False, fullgraph=True, options=options)
+    compiled = torch.compile(_own_code(fn), dynamic=False, fullgraph=True, options=options)
+    return torch._dynamo.config.patch(trace_autograd_ops=True)(compiled) if autograd else compiled
 
 
 def guards_checked_once() -> contextlib.AbstractContextManager:

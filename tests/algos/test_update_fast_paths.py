@@ -1,6 +1,7 @@
 """The PPO update's CPU fast paths give what the plain code gives: a compiled loss on the CPU gathers a minibatch's
-boolean/uint8 frames and casts them eagerly (:meth:`rl_gpu.algos.ppo.update.UpdateUnits.gather_frames`), and
-fused Adam steps without ``optimizer.step()``'s Python (:func:`rl_gpu.algos.optim.fused_adam_steps`)."""
+boolean/uint8 frames and casts them eagerly (:meth:`rl_gpu.algos.ppo.update.UpdateUnits.gather_frames`), a
+compiled minibatch's forward, gradients and clipping are one graph (``UpdateUnits.minibatch``), and fused Adam steps
+without ``optimizer.step()``'s Python (:func:`rl_gpu.algos.optim.fused_adam_steps`)."""
 
 import pytest
 import torch
@@ -91,6 +92,35 @@ def test_a_compiled_loss_on_boolean_frames_equals_the_eager_one(monkeypatch):
     torch.testing.assert_close(c_stats, stats, rtol=1e-5, atol=1e-6)
     for a, b in zip(grads, c_grads):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not frame_kernels.available(), reason="no C compiler to build the frame kernel")
+def test_a_compiled_update_of_one_graph_per_minibatch_equals_the_eager_update(monkeypatch):
+    """Compiled on the CPU, each minibatch's forward, gradients (the frame kernel's included) and clipping are one
+    graph and its step the fused Adam kernel: three epochs give the eager update's parameters, Adam's moments and
+    metrics. With ``target_kl`` (a step that may be undone) the compiled update keeps its loss unit and
+    ``optimizer.step()``."""
+    batch = _rollout(torch.rand(T, N, O, generator=torch.Generator().manual_seed(4)) < 0.2)
+    permutations = draw_permutations(T * N, 3, torch.Generator().manual_seed(2), torch.device("cpu"))
+    monkeypatch.setattr(frame_kernels, "FRAME_FROM", (1, 1))
+    runs, steps = [], []
+    for mode in ("off", "inductor"):
+        units = _units(mode, epochs=3)
+        use_cpu_kernels(units.policy)
+        units.optimizer = torch.optim.Adam(units.policy.parameters(), lr=torch.tensor(1e-3), eps=1e-5, fused=True)
+        real = units.minibatch_step
+        monkeypatch.setattr(units, "minibatch_step", lambda flat, idx: (steps.append(mode), real(flat, idx))[1])
+        runs.append((run_update(units, batch, permutations, weighted=False).as_floats(), units))
+    (metrics, units), (c_metrics, c_units) = runs
+    assert steps == ["inductor"] * 3 * 2 and units.minibatch is None
+    assert c_metrics == pytest.approx(metrics, rel=1e-5, abs=1e-6)
+    for p, q in zip(units.policy.parameters(), c_units.policy.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(c_units.optimizer.state[q][name], units.optimizer.state[p][name],
+                                       rtol=1e-5, atol=1e-7)
+    assert not c_units.fused_minibatches(1, torch.ones((), dtype=torch.bool))  # target_kl's keep flag
+    assert not c_units.fused_minibatches(2, None) and c_units.fused_minibatches(1, None)  # micro-batches
 
 
 def test_the_fused_adam_step_equals_optimizer_step_bit_for_bit(monkeypatch):

@@ -12,6 +12,7 @@ the result of stopping there.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -41,8 +42,8 @@ from rl_gpu.data.advantages import compute_gae
 from rl_gpu.data.rollout import Rollout
 from rl_gpu.nn.memory import is_recurrent
 from rl_gpu.nn.normalization import ValueNormalizer, to_float
-from rl_gpu.runtime.compile import compile_unit
-from rl_gpu.runtime.distributed import all_reduce_grads_, all_reduce_mean
+from rl_gpu.runtime.compile import compile_unit, guards_checked_once
+from rl_gpu.runtime.distributed import all_reduce_grads_, all_reduce_mean, world_size
 
 
 @dataclass
@@ -104,6 +105,19 @@ def _loss_unit(policy: nn.Module, config: PPOConfig, autocast: tuple[str, torch.
     return loss, torch.stack([stats[k].detach() for k in LOSS_STATS])
 
 
+def _minibatch_unit(policy: nn.Module, config: PPOConfig, loss_fn: LossFn, params: list[Tensor], flat: FlatBatch,
+                    idx: Tensor, gathered: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, list[Tensor | None]]:
+    """``(loss, stats, grad_norm, grads)`` of the minibatch ``idx``: :func:`_loss_unit`'s loss and statistics, the
+    gradients of ``params`` (None for one the loss does not use) clipped by their global norm, and that norm
+    before clipping (:func:`~rl_gpu.algos.optim.clip_grad_norm`'s maths). Compiled, the forward and backward
+    passes and the clipping are one graph (:attr:`UpdateUnits.minibatch`)."""
+    loss, stats = _loss_unit(policy, config, ("cpu", None), loss_fn, flat, idx, None, gathered)
+    grads = torch.autograd.grad(loss, params, allow_unused=True)
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads if g is not None]))
+    coef = (config.max_grad_norm / (norm + 1e-6)).clamp(max=1.0)
+    return loss.detach(), stats, norm, [None if g is None else g * coef for g in grads]
+
+
 def _rows(v: Tensor, idx: Tensor) -> Tensor:
     """``v[idx]`` (``idx``: ``[M]`` int64), in the form each path runs fastest (benchmarks/HISTORY.md section 14):
     eager, ``index_select`` (faster than advanced indexing for these row gathers on the CPU); compiled, plain
@@ -138,6 +152,8 @@ class UpdateUnits:
     - ``step(keep) -> grad_norm``: gradient averaging over ranks, clipping and the optimiser step; with ``keep``
       (0-dim bool) False the step is undone on the device. The optimiser step itself is not compiled (fused Adam
       on CPU; ``capturable`` Adam on CUDA, captured in the CUDA graph with the rest).
+    - ``minibatch_step(flat, idx) -> (loss, stats, grad_norm)``: compiled on the CPU, a plain update's whole
+      minibatch (:attr:`minibatch`'s one graph, then the optimiser step) in place of ``loss`` and ``step``.
     """
 
     def __init__(self, policy: nn.Module, optimizer: torch.optim.Optimizer, config: PPOConfig,
@@ -173,6 +189,33 @@ class UpdateUnits:
         step = compile_unit(step, mode) if step is not None and mode != "off" else None
         self.sequence_loss = partial(sequence_loss, policy, config, step=step)
         self.params = [p for p in policy.parameters() if p.requires_grad]
+        self.minibatch = None
+        """Compiled on the CPU in fp32: a minibatch's forward, gradients and clipping as one graph
+        (:func:`_minibatch_unit`), which :meth:`minibatch_step` runs for a plain update (no micro-batches, loss
+        scaler, anchor, KL-driven rate, ``target_kl`` or second rank). Its Python and dispatch between the
+        forward graph, the autograd engine, the backward graph, gradient accumulation and clipping were a
+        third of a small network's update (benchmarks/HISTORY.md section 49). None otherwise."""
+        if mode == "inductor" and device.type == "cpu" and precision == "fp32" and self.params:
+            self.minibatch = compile_unit(partial(_minibatch_unit, policy, config, loss_fn, self.params), mode,
+                                          autograd=True)
+
+    def fused_minibatches(self, splits: int, keep: Tensor | None) -> bool:
+        """Whether this update's minibatches run as :meth:`minibatch_step`s."""
+        return (self.minibatch is not None and splits == 1 and keep is None and self.scaler is None
+                and self.anchor is None and self.kl_schedule is None and world_size() == 1)
+
+    def minibatch_step(self, flat: FlatBatch, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``(loss, stats, grad_norm)`` of the minibatch ``idx`` after its optimiser step: :attr:`minibatch`'s
+        clipped gradients into ``.grad`` (each replaces the last, so nothing is zeroed) and the fused Adam step
+        (``optimizer.step()`` for its first, which makes its state, or another optimiser)."""
+        loss, stats, grad_norm, grads = self.minibatch(flat, idx, self.gather_frames(flat, idx))
+        for p, g in zip(self.params, grads):
+            p.grad = g
+        if fused_adam_ready(self.optimizer):
+            fused_adam_steps([self.optimizer])
+        else:
+            self.optimizer.step()
+        return loss, stats, grad_norm
 
     def gather_frames(self, flat: FlatBatch, idx: Tensor) -> dict[str, Tensor]:
         """The minibatch ``idx``'s observation fields stored as ``bool``/``uint8`` (frames), gathered and cast
@@ -255,6 +298,7 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
     mb_size = size // config.num_minibatches
     device = batch.reward.device
     keep = torch.ones((), dtype=torch.bool, device=device) if config.target_kl is not None else None
+    fused = not is_recurrent(policy) and units.fused_minibatches(splits, keep)
     totals = torch.zeros(len(MINIBATCH_ROW), device=device)
     count = torch.zeros((), device=device)
     kl_index = LOSS_STATS.index("approx_kl")
@@ -266,6 +310,13 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
                 break
             steps_left -= 1
             idx = permutations[epoch, start:start + mb_size]
+            if fused:
+                # The first minibatch checks the unit's guards; the others have the same inputs' structure.
+                with contextlib.nullcontext() if epoch == start == 0 else guards_checked_once():
+                    loss, stats, grad_norm = units.minibatch_step(data, idx)
+                totals = totals + torch.cat([loss[None], stats, grad_norm[None]])
+                count = count + 1.0
+                continue
             optimizer.zero_grad(set_to_none=True)
             if splits == 1:
                 loss, stats = loss_of(data, idx)
