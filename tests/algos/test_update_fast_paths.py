@@ -98,8 +98,8 @@ def test_a_compiled_loss_on_boolean_frames_equals_the_eager_one(monkeypatch):
 def test_a_compiled_update_of_one_graph_per_minibatch_equals_the_eager_update(monkeypatch):
     """Compiled on the CPU, each minibatch's forward, gradients (the frame kernel's included) and clipping are one
     graph and its step the fused Adam kernel: three epochs give the eager update's parameters, Adam's moments and
-    metrics. With ``target_kl`` (a step that may be undone) the compiled update keeps its loss unit and
-    ``optimizer.step()``."""
+    metrics. With ``target_kl`` (a step that may be undone) or micro-batches the compiled update keeps its two
+    graphs."""
     batch = _rollout(torch.rand(T, N, O, generator=torch.Generator().manual_seed(4)) < 0.2)
     permutations = draw_permutations(T * N, 3, torch.Generator().manual_seed(2), torch.device("cpu"))
     monkeypatch.setattr(frame_kernels, "FRAME_FROM", (1, 1))
