@@ -109,10 +109,12 @@ def _minibatch_unit(policy: nn.Module, config: PPOConfig, loss_fn: LossFn, param
                     idx: Tensor, gathered: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor, list[Tensor | None]]:
     """``(loss, stats, grad_norm, grads)`` of the minibatch ``idx``: :func:`_loss_unit`'s loss and statistics, the
     gradients of ``params`` (None for one the loss does not use) clipped by their global norm, and that norm
-    before clipping (:func:`~rl_gpu.algos.optim.clip_grad_norm`'s maths). Compiled, the forward and backward
-    passes and the clipping are one graph (:attr:`UpdateUnits.minibatch`)."""
+    before clipping. Compiled, the forward and backward passes and the clipping are one graph
+    (:attr:`UpdateUnits.minibatch`)."""
     loss, stats = _loss_unit(policy, config, ("cpu", None), loss_fn, flat, idx, None, gathered)
     grads = torch.autograd.grad(loss, params, allow_unused=True)
+    # clip_grad_norm's maths, written out of place: its in-place multi-tensor multiply inside this graph gave the
+    # same numbers 5% slower (the whole update, benchmarks/HISTORY.md section 49).
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads if g is not None]))
     coef = (config.max_grad_norm / (norm + 1e-6)).clamp(max=1.0)
     return loss.detach(), stats, norm, [None if g is None else g * coef for g in grads]
@@ -192,7 +194,7 @@ class UpdateUnits:
         self.minibatch = None
         """Compiled on the CPU in fp32: a minibatch's forward, gradients and clipping as one graph
         (:func:`_minibatch_unit`), which :meth:`minibatch_step` runs for a plain update (no micro-batches, loss
-        scaler, anchor, KL-driven rate, ``target_kl`` or second rank). Its Python and dispatch between the
+        scaler, anchor, KL-driven rate, ``target_kl``, second rank or memory). Its Python and dispatch between the
         forward graph, the autograd engine, the backward graph, gradient accumulation and clipping were a
         third of a small network's update (benchmarks/HISTORY.md section 49). None otherwise."""
         if mode == "inductor" and device.type == "cpu" and precision == "fp32" and self.params:
@@ -202,7 +204,8 @@ class UpdateUnits:
     def fused_minibatches(self, splits: int, keep: Tensor | None) -> bool:
         """Whether this update's minibatches run as :meth:`minibatch_step`s."""
         return (self.minibatch is not None and splits == 1 and keep is None and self.scaler is None
-                and self.anchor is None and self.kl_schedule is None and world_size() == 1)
+                and self.anchor is None and self.kl_schedule is None and world_size() == 1
+                and not is_recurrent(self.policy))
 
     def minibatch_step(self, flat: FlatBatch, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(loss, stats, grad_norm)`` of the minibatch ``idx`` after its optimiser step: :attr:`minibatch`'s
@@ -211,10 +214,7 @@ class UpdateUnits:
         loss, stats, grad_norm, grads = self.minibatch(flat, idx, self.gather_frames(flat, idx))
         for p, g in zip(self.params, grads):
             p.grad = g
-        if fused_adam_ready(self.optimizer):
-            fused_adam_steps([self.optimizer])
-        else:
-            self.optimizer.step()
+        self._optimizer_step(None)
         return loss, stats, grad_norm
 
     def gather_frames(self, flat: FlatBatch, idx: Tensor) -> dict[str, Tensor]:
@@ -234,17 +234,21 @@ class UpdateUnits:
     def backward(self, loss: Tensor) -> None:
         (loss if self.scaler is None else self.scaler.scale_loss(loss)).backward()
 
+    def _optimizer_step(self, keep: Tensor | None) -> None:
+        """The optimiser step on the gradients in ``.grad``, undone where ``keep`` is False (:func:`undoable_step`)."""
+        if keep is None and fused_adam_ready(self.optimizer):
+            # The same fused kernel as optimizer.step(), without the Python around it (several times the kernel's
+            # time for small networks, once per minibatch).
+            fused_adam_steps([self.optimizer])
+        else:
+            undoable_step(self.optimizer, self.params, keep)
+
     def step(self, keep: Tensor | None) -> Tensor:
         if self.scaler is None:
             if self.anchor is not None:
                 self.anchor.add_grad()
             grad_norm = clip_global_grad_norm(self.params, self.config.max_grad_norm)
-            if keep is None and fused_adam_ready(self.optimizer):
-                # The same fused kernel as optimizer.step(), without the Python around it (several times the
-                # kernel's time for small networks, once per minibatch).
-                fused_adam_steps([self.optimizer])
-            else:
-                undoable_step(self.optimizer, self.params, keep)
+            self._optimizer_step(keep)
             return grad_norm
         # fp16: every rank unscales the same averaged gradients, so all of them skip (or take) the same steps.
         grads = [p.grad for p in self.params if p.grad is not None]
@@ -298,7 +302,7 @@ def run_update(units: UpdateUnits, batch: Rollout, permutations: Tensor, weighte
     mb_size = size // config.num_minibatches
     device = batch.reward.device
     keep = torch.ones((), dtype=torch.bool, device=device) if config.target_kl is not None else None
-    fused = not is_recurrent(policy) and units.fused_minibatches(splits, keep)
+    fused = units.fused_minibatches(splits, keep)
     totals = torch.zeros(len(MINIBATCH_ROW), device=device)
     count = torch.zeros((), device=device)
     kl_index = LOSS_STATS.index("approx_kl")
