@@ -199,13 +199,14 @@ def parse(cls: Callable[..., T], prog: str, args: Sequence[str] | None, default:
                 else:
                     os.environ["COLUMNS"] = saved
 
+    # A refusal is read from a console too wide to wrap its message, so it joins into one line without breaks
+    # inside numbers or paths; --help is printed at the console's own width.
+    words = sys.argv[1:] if args is None else args
+    wants_help = any(str(a) in ("-h", "--help") for a in words)
     try:
-        out = attempt(None)
+        out = attempt(None if wants_help else "100000")
         if isinstance(out, str):
-            # Refused: parse again on a console too wide to wrap the message, so it joins into one line without
-            # breaks inside numbers or paths.
-            wide = attempt("100000")
-            fail(prog, f"{_first_message(wide if isinstance(wide, str) else out)} (see {prog} --help)")
+            fail(prog, f"{_first_message(out)} (see {prog} --help)")
         return out
     except ValueError as e:
         fail(prog, str(e))

@@ -116,15 +116,30 @@ REFUSED = {
 }
 
 
+AS_PROCESSES = ("evaluate", "export int8", "resume")
+"""One case of each command runs as a user meets it, ``python -m rl_gpu`` in a process of its own; the rest run the
+same entry point in this process (a process costs seconds of imports), with the folder first on the import path
+and the module checked absent from ``sys.modules`` before and after (an import would also write the marker)."""
+
+
 @pytest.mark.parametrize("case", REFUSED, ids=list(REFUSED))
-def test_a_recorded_id_imports_nothing_unless_named(folder, case):
+def test_a_recorded_id_imports_nothing_unless_named(folder, case, call_main, monkeypatch):
     args, how = REFUSED[case]
     (folder / "resume.json").write_text(json.dumps({"env": "CartPole-v1", "resume": "run/seed-11"}))
     (folder / "MARKER").unlink(missing_ok=True)
     before = sorted(p.name for p in (folder / "run" / "seed-11").iterdir())
-    proc = run(args, folder)
-    err = proc.stderr.strip()
-    assert proc.returncode == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    if case in AS_PROCESSES:
+        code, err = (proc := run(args, folder)).returncode, proc.stderr.strip()
+    else:
+        from rl_gpu.cli.main import main
+
+        monkeypatch.chdir(folder)
+        monkeypatch.syspath_prepend(str(folder))
+        assert MODULE not in sys.modules
+        code, _, err = call_main(main, *args)
+        err = err.strip()
+        assert MODULE not in sys.modules
+    assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert how in err, err
     assert not (folder / "MARKER").exists()
     assert not (folder / "other").exists() and not (folder / "p.onnx").exists() and not (folder / "p.pt").exists()
