@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
@@ -85,10 +86,12 @@ def _shown(value: Any) -> str:
     return repr(value)
 
 
-def field_hints(cls: type) -> dict[str, Any]:
-    """The resolved annotation of every field of the dataclass ``cls`` (``Annotated`` extras dropped)."""
+@functools.cache
+def field_hints(cls: type) -> Mapping[str, Any]:
+    """The resolved annotation of every field of the dataclass ``cls`` (``Annotated`` extras dropped), read-only.
+    Resolved once per class: every command checks its configuration's dataclasses several times while parsing."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return types.MappingProxyType({f.name: hints[f.name] for f in dataclasses.fields(cls)})
 
 
 def check_fields(obj: Any, label=lambda name: name) -> None:
