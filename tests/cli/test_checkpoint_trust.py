@@ -146,14 +146,18 @@ def test_a_recorded_id_imports_nothing_unless_named(folder, case, call_main, mon
     assert sorted(p.name for p in (folder / "run" / "seed-11").iterdir()) == before
 
 
-def test_the_refusal_names_the_module_and_where_it_lies(folder):
+def test_the_refusal_names_the_module_and_where_it_lies(folder, call_main, monkeypatch):
+    from rl_gpu.cli.main import main
+
     (folder / "MARKER").unlink(missing_ok=True)
-    err = run(["evaluate", "run/seed-11/best.pt"], folder).stderr
-    assert f"would import the module '{MODULE}' ({folder / MODULE}.py)" in err, err
+    monkeypatch.chdir(folder)  # in this process, as the in-process cases above
+    monkeypatch.syspath_prepend(str(folder))
+    code, _, err = call_main(main, "evaluate", "run/seed-11/best.pt")
+    assert code == 2 and f"would import the module '{MODULE}' ({folder / MODULE}.py)" in err, err
     # plot reads a run's files and builds nothing: it runs, and imports nothing either.
-    proc = run(["plot", "run", "--output", "curves.png"], folder)
-    assert proc.returncode == 0, proc.stderr
-    assert not (folder / "MARKER").exists()
+    code, _, err = call_main(main, "plot", "run", "--output", "curves.png")
+    assert code == 0, err
+    assert not (folder / "MARKER").exists() and MODULE not in sys.modules
 
 
 def test_named_the_id_imports_its_module(folder):

@@ -214,7 +214,9 @@ def test_registered_ids_frames_and_the_contract(env_id, cls, channels, actions, 
     obs = env.observe().obs
     assert obs.dtype == torch.bool and tuple(obs.shape) == (4, 10, 10, channels)
     assert env.spec.obs_dtypes == {"policy": "bool"} and env.spec.max_episode_steps == limit
-    reports = check_env(cls, num_envs=6, num_steps=40, seed=3)
+    # Seaquest's eager step costs several times another game's (its lists' fields are separate tensors): half the
+    # steps, its transitions checked against minatar's below all the same.
+    reports = check_env(cls, num_envs=6, num_steps=20 if cls is SeaquestEnv else 40, seed=3)
     assert all(r.transitions > 0 for r in reports.values())
 
 

@@ -25,8 +25,8 @@ SHRINK = {
     ".learn(100_000)": ".learn(256)",
     "RussianRouletteVectorized(4096,": "RussianRouletteVectorized(256,",
     "for _ in range(1000):\n    obs, reward,": "for _ in range(100):\n    obs, reward,",
-    "num_envs=256, max_updates=40,": "num_envs=64, max_updates=3,",
-    "resume=run.run_dir, max_updates=41": "resume=run.run_dir, max_updates=4",
+    "num_envs=256, max_updates=40,": "num_envs=64, max_updates=1,",
+    "resume=run.run_dir, max_updates=41": "resume=run.run_dir, max_updates=2",
 }
 NEEDS = {"stable_baselines3": "stable-baselines3", "onnxruntime": "onnxruntime", "gymnasium": "gymnasium",
          "mpe2": "mpe2 (and pettingzoo, vmas)"}
