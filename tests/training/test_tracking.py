@@ -3,6 +3,7 @@ tracker's own files and client: W&B's offline run (its record log, read as Level
 and MLflow's SQLite store. A tracked, filmed run trains exactly as a plain one; --resume continues the same
 tracker runs; a missing package is refused in one line before anything is written."""
 
+import importlib.util
 import json
 import struct
 
@@ -11,12 +12,12 @@ import pytest
 import rl_gpu
 from rl_gpu.cli.train import main as train_main
 
-wandb = pytest.importorskip("wandb")
-mlflow = pytest.importorskip("mlflow")
-pytest.importorskip("imageio_ffmpeg")
+# Found here, imported by the tests that use them (importing both trackers takes seconds).
+for _package in ("wandb", "mlflow", "imageio_ffmpeg"):
+    if importlib.util.find_spec(_package) is None:
+        pytest.skip(f"needs {_package}", allow_module_level=True)
 
 import numpy as np  # noqa: E402
-from wandb.proto import wandb_internal_pb2  # noqa: E402
 
 from rl_gpu.envs.cartpole import CartPoleEnv  # noqa: E402
 from test_reliability import _metrics  # noqa: E402,I001 (a sibling)
@@ -58,6 +59,8 @@ def offline_wandb(tmp_path, monkeypatch):
 
 def wandb_records(run_dir):
     """Every record of a seed's offline W&B runs, in order: ``(kind, protobuf record)``."""
+    from wandb.proto import wandb_internal_pb2
+
     out = []
     for path in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb")):
         data, pos, block, pending = path.read_bytes(), 7, 32768, b""  # 7: W&B's own file header

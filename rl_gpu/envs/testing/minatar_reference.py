@@ -26,8 +26,19 @@ import torch
 from rl_gpu.envs.minatar.common import ACTIONS, STICKY_STREAM, MinAtarEnv
 from rl_gpu.envs.random_draws import hash_uniform
 
-logging.getLogger().setLevel(logging.ERROR)  # minatar warns at import when seaborn (rendering only) is missing
-from minatar import Environment  # noqa: E402
+
+def _environment_class() -> type:
+    """``minatar.Environment``, imported on first use: minatar loads matplotlib and seaborn for its rendering
+    (seconds), and warns at import when seaborn is missing (quieted here)."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        from minatar import Environment
+    finally:
+        root.setLevel(level)
+    return Environment
+
 
 GAMES = {"BreakoutEnv": "breakout", "SpaceInvadersEnv": "space_invaders", "FreewayEnv": "freeway",
          "AsterixEnv": "asterix", "SeaquestEnv": "seaquest"}
@@ -142,7 +153,7 @@ class MinAtarReference:
 
     def __init__(self, game: str, minimal_actions: str, sticky_action_prob: float, ramping: bool) -> None:
         self.game, self.minimal_actions = game, minimal_actions
-        self.env = Environment(game, sticky_action_prob=sticky_action_prob, difficulty_ramping=ramping)
+        self.env = _environment_class()(game, sticky_action_prob=sticky_action_prob, difficulty_ramping=ramping)
         self.key, self.t = 0, 0
         self._draws: tuple[int, int, np.ndarray] | None = None
         """``(key, first counter, draws)``: a block of the row's sticky-action draws, computed at once."""
