@@ -116,6 +116,17 @@ REFUSED = {
 }
 
 
+@pytest.fixture
+def main_in_folder(folder, monkeypatch):
+    """The command line's ``main``, to run in this process from ``folder`` with the planted module importable (first
+    on the import path, as ``python -m`` would find it in the current directory)."""
+    from rl_gpu.cli.main import main
+
+    monkeypatch.chdir(folder)
+    monkeypatch.syspath_prepend(str(folder))
+    return main
+
+
 AS_PROCESSES = ("evaluate", "export int8", "resume")
 """One case of each command runs as a user meets it, ``python -m rl_gpu`` in a process of its own; the rest run the
 same entry point in this process (a process costs seconds of imports), with the folder first on the import path
@@ -123,7 +134,7 @@ and the module checked absent from ``sys.modules`` before and after (an import w
 
 
 @pytest.mark.parametrize("case", REFUSED, ids=list(REFUSED))
-def test_a_recorded_id_imports_nothing_unless_named(folder, case, call_main, monkeypatch):
+def test_a_recorded_id_imports_nothing_unless_named(folder, case, call_main, main_in_folder):
     args, how = REFUSED[case]
     (folder / "resume.json").write_text(json.dumps({"env": "CartPole-v1", "resume": "run/seed-11"}))
     (folder / "MARKER").unlink(missing_ok=True)
@@ -131,12 +142,8 @@ def test_a_recorded_id_imports_nothing_unless_named(folder, case, call_main, mon
     if case in AS_PROCESSES:
         code, err = (proc := run(args, folder)).returncode, proc.stderr.strip()
     else:
-        from rl_gpu.cli.main import main
-
-        monkeypatch.chdir(folder)
-        monkeypatch.syspath_prepend(str(folder))
         assert MODULE not in sys.modules
-        code, _, err = call_main(main, *args)
+        code, _, err = call_main(main_in_folder, *args)
         err = err.strip()
         assert MODULE not in sys.modules
     assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
@@ -146,16 +153,12 @@ def test_a_recorded_id_imports_nothing_unless_named(folder, case, call_main, mon
     assert sorted(p.name for p in (folder / "run" / "seed-11").iterdir()) == before
 
 
-def test_the_refusal_names_the_module_and_where_it_lies(folder, call_main, monkeypatch):
-    from rl_gpu.cli.main import main
-
+def test_the_refusal_names_the_module_and_where_it_lies(folder, call_main, main_in_folder):
     (folder / "MARKER").unlink(missing_ok=True)
-    monkeypatch.chdir(folder)  # in this process, as the in-process cases above
-    monkeypatch.syspath_prepend(str(folder))
-    code, _, err = call_main(main, "evaluate", "run/seed-11/best.pt")
+    code, _, err = call_main(main_in_folder, "evaluate", "run/seed-11/best.pt")
     assert code == 2 and f"would import the module '{MODULE}' ({folder / MODULE}.py)" in err, err
     # plot reads a run's files and builds nothing: it runs, and imports nothing either.
-    code, _, err = call_main(main, "plot", "run", "--output", "curves.png")
+    code, _, err = call_main(main_in_folder, "plot", "run", "--output", "curves.png")
     assert code == 0, err
     assert not (folder / "MARKER").exists() and MODULE not in sys.modules
 
