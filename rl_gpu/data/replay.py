@@ -156,9 +156,13 @@ class ReplayBuffer:
 
     def state_dict(self) -> dict[str, Any]:
         """The filled rows of every field and the ring's position, as tensors and plain values (only rows
-        that hold transitions: an early checkpoint stays small)."""
+        that hold transitions: an early checkpoint stays small). A partly filled field is a copy: ``torch.save``
+        writes a view's whole storage, the empty capacity included."""
         filled = min(self.rows_written, self.num_rows) * self.num_envs
-        state: dict[str, Any] = {name: getattr(self, name)[:filled] for name in self.FIELDS}
+        state: dict[str, Any] = {}
+        for name in self.FIELDS:
+            field = getattr(self, name)
+            state[name] = field if filled == self.capacity else field[:filled].clone()
         state.update(pos=self.pos, rows=self.rows, rows_written=self.rows_written, capacity=self.capacity,
                      num_envs=self.num_envs)
         return state

@@ -2,6 +2,7 @@
 transitions held (and never outside them), n-step returns walk an environment's own steps and stop at episode
 ends and at the newest row, a checkpoint restores it exactly, and nothing reads back to the host."""
 
+import io
 import math
 
 import pytest
@@ -132,6 +133,12 @@ def test_state_dict_restores_the_buffer_exactly():
     half = ReplayBuffer(capacity=10, num_envs=2, obs_shape=(2,), action_shape=(1,), device="cpu")
     half.add(obs[:2].expand(2, 2, 2), action[:2], reward[:2], next_obs[:2].expand(2, 2, 2), term[:2], trunc[:2])
     assert half.state_dict()["obs"].shape == (4, 2)
+    # ... and only they are written: a slice would save its tensor's whole storage.
+    big = ReplayBuffer(capacity=100_000, num_envs=2, obs_shape=(2,), action_shape=(1,), device="cpu")
+    big.add(obs[:2].expand(2, 2, 2), action[:2], reward[:2], next_obs[:2].expand(2, 2, 2), term[:2], trunc[:2])
+    saved = io.BytesIO()
+    torch.save(big.state_dict(), saved)
+    assert len(saved.getvalue()) < 20_000
     with pytest.raises(ValueError, match="holds 10 transitions"):
         ReplayBuffer(capacity=12, num_envs=2, obs_shape=(2,), action_shape=(1,), device="cpu").load_state_dict(state)
 

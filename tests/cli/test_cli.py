@@ -21,12 +21,32 @@ def run(*args, cwd=ROOT, timeout=300):
                           timeout=timeout)
 
 
+def call(command, *args):
+    """``command``'s ``main`` run in this process, as its entry point runs it, as a finished process (a process of
+    its own costs seconds of imports; the tests that need one, for what a fresh interpreter does, use :func:`run`)."""
+    from cli_call import call_main
+
+    code, out, err = call_main(command, *args)
+    return subprocess.CompletedProcess(args, code, out, err)
+
+
+def train(*args):
+    from rl_gpu.cli.train import main
+
+    return call(main, *args)
+
+
+def evaluate(*args):
+    from rl_gpu.cli.evaluate import main
+
+    return call(main, *args)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "run"
     # z = 0 makes any non-worse validation pass, so the tiny run finishes quickly and succeeds.
-    proc = run("-m", "rl_gpu.train", "--output", str(out), "--seeds", "3", *TINY,
-               "--success-z", "-100", "--consecutive-passes", "1")
+    proc = train("--output", out, "--seeds", "3", *TINY, "--success-z", "-100", "--consecutive-passes", "1")
     return out, proc
 
 
@@ -54,7 +74,7 @@ def test_train_refuses_existing_run_dir_and_keeps_files(trained):
         return {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
     before = snapshot()
-    proc = run("-m", "rl_gpu.train", "--output", str(out), "--seeds", "3", *TINY)
+    proc = train("--output", out, "--seeds", "3", *TINY)
     assert proc.returncode == 2
     assert "already exists" in proc.stderr and "Traceback" not in proc.stderr
     assert snapshot() == before
@@ -72,8 +92,8 @@ def test_train_fails_with_exit_1_when_goal_not_met(tmp_path, call_main):
 def test_evaluate_reports_per_seat_and_interval(trained):
     out, _ = trained
     report = out.parent / "eval.json"
-    proc = run("-m", "rl_gpu.evaluate", "--checkpoint", str(out / "seed-3" / "best.pt"), "--device", "cpu",
-               "--episodes", "1000", "--json-output", str(report))
+    proc = evaluate("--checkpoint", out / "seed-3" / "best.pt", "--device", "cpu", "--episodes", "1000",
+                    "--json-output", report)
     assert proc.returncode == 0, proc.stderr
     assert "seat 0" in proc.stdout and "seat 1" in proc.stdout and "95% Wilson CI" in proc.stdout
     data = json.loads(report.read_text())
@@ -139,7 +159,7 @@ def test_train_bad_input_one_line_exit_2(tmp_path, args, needle, call_main):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error for a machine without CUDA")
 def test_cuda_without_gpu_is_a_clear_error(tmp_path):
-    proc = run("-m", "rl_gpu.train", "--output", str(tmp_path / "x"), "--device", "cuda")
+    proc = train("--output", tmp_path / "x", "--device", "cuda")
     assert "CUDA" in _one_line_error(proc)
     assert not (tmp_path / "x").exists()
 

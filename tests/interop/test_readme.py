@@ -1,4 +1,5 @@
-"""Every ```python block of README.md runs as written, each in a fresh interpreter.
+"""Every ```python block of README.md runs as written, each in a fresh interpreter (a fork of a process that has
+imported torch and rl_gpu and run nothing: tests/interop/block_runner.py).
 
 Long runs are shrunk through :data:`SHRINK` (each replacement must still match the README, so the map cannot
 silently go stale). A block that is deliberately partial starts with ``# not runnable: <reason>`` and is
@@ -7,6 +8,7 @@ one first, with the same exporter, from an untrained CartPole policy.
 """
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -71,8 +73,30 @@ def workdir(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def run_block():
+    """``run_block(code, cwd)`` -> ``(exit code, stderr)`` of ``python -c code`` run in ``cwd``, through one
+    block runner per worker."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    runner = subprocess.Popen([sys.executable, str(Path(__file__).with_name("block_runner.py"))], cwd=ROOT, env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(code: str, cwd: Path) -> tuple[int, str]:
+        out, err = cwd / "block.out", cwd / "block.err"
+        request = {"code": code, "cwd": str(cwd), "stdout": str(out), "stderr": str(err), "timeout": 120}
+        runner.stdin.write(json.dumps(request) + "\n")
+        runner.stdin.flush()
+        answer = runner.stdout.readline()
+        assert answer, "the block runner ended"
+        return json.loads(answer)["returncode"], err.read_text()
+
+    yield run
+    runner.stdin.close()
+    runner.wait(timeout=60)
+
+
 @pytest.mark.parametrize(("where", "code"), BLOCKS, ids=[where for where, _ in BLOCKS])
-def test_readme_block_runs(where, code, workdir):
+def test_readme_block_runs(where, code, workdir, run_block):
     if code.startswith(NOT_RUNNABLE):
         pytest.skip(code.splitlines()[0])
     for module, package in NEEDS.items():
@@ -82,7 +106,5 @@ def test_readme_block_runs(where, code, workdir):
         pytest.skip("needs onnx to write policy.onnx")
     for old, new in SHRINK.items():
         code = code.replace(old, new)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, f"{where} failed:\n{code}\n{proc.stderr[-3000:]}"
+    returncode, stderr = run_block(code, workdir)
+    assert returncode == 0, f"{where} failed:\n{code}\n{stderr[-3000:]}"

@@ -95,12 +95,12 @@ def test_a_rollout_into_storage_stacked_or_copied_per_step_is_the_rollout_withou
     _assert_rollouts(plain, copied)
 
 
-@pytest.mark.parametrize("env_id, compile", [("CartPole-v1", "off"), ("Pendulum-v1", "off"),
-                                             ("CartPole-v1", "inductor")])
+@pytest.mark.parametrize("env_id, compile", [("CartPole-v1", "off"), ("Pendulum-v1", "off")])
 def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, compile, monkeypatch):
     """A CPU rollout that keeps its records values the final observations after its last step, only at the steps
     where a row was truncated (here a 5-step time limit: most of the 12 steps have one). The same rollout as the
-    step's own V(final_obs) (bit for bit eager) and as :func:`collect`, with storage or without."""
+    step's own V(final_obs) (bit for bit eager) and as :func:`collect`, with storage or without. (Compiled: the
+    next test, whose rollouts are this one's.)"""
     def env_policy():
         env = make(env_id, num_envs=16, seed=3, max_episode_steps=5, validate_actions=False)
         torch.manual_seed(0)
@@ -128,7 +128,8 @@ def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, compile
 def test_a_compiled_rollout_of_two_steps_a_call_is_the_rollout_of_one(monkeypatch):
     """A compiled CPU rollout runs ``STEPS_PER_CALL`` steps in each call of its unit (T a multiple of it): the
     same rollout as one step a call (the guards checked at its first two calls, truncations valued after), and T
-    that is not a multiple runs one step a call."""
+    that is not a multiple runs one step a call. Both value the final observations after the last step, as the
+    previous test checks eagerly: only where a row was truncated, with storage or without, as :func:`collect`."""
     monkeypatch.setattr(engine_module, "STEPS_PER_CALL", 2)  # the default (tests/conftest.py sets 1)
     env = make("CartPole-v1", num_envs=16, seed=3, max_episode_steps=5, validate_actions=False)
     torch.manual_seed(0)
@@ -143,6 +144,12 @@ def test_a_compiled_rollout_of_two_steps_a_call_is_the_rollout_of_one(monkeypatc
     one, _ = engine.run(noise, state)
     assert sorted(engine._units) == [(1, True), (2, True)] and two.truncated.any()
     _assert_rollouts(one, two, exact=True)
+    truncated = one.truncated
+    assert 2 <= truncated.any(1).sum() < 12
+    assert (one.final_value[truncated] != 0).all() and (one.final_value[~truncated] == 0).all()
+    _assert_rollouts(one, engine.run(noise, state, out=engine.empty_rollout())[0])
+    reference_env = make("CartPole-v1", num_envs=16, seed=3, max_episode_steps=5, validate_actions=False)
+    _assert_rollouts(collect(engine.policy, reference_env, 12, torch.Generator().manual_seed(1)), one, exact=False)
 
 
 @pytest.mark.parametrize("env_id, at_once", [("MinAtar-Breakout-v1", True), ("MinAtar-SpaceInvaders-v1", True),
