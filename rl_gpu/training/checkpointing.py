@@ -28,6 +28,16 @@ from rl_gpu.training.run_state import RunState
 RUN_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(RunState))
 
 
+def check_trainer_payload(path: Path, payload: dict, env_id: str) -> None:
+    """Refuse a loaded ``last.pt`` that holds no training state of an ``env_id`` run this version can continue (one
+    line); called before anything of the run is built."""
+    if payload.get("env_id") != env_id or "trainer" not in payload:
+        raise CheckpointError(f"{path}: not a resumable checkpoint of a {env_id} run")
+    if "env" not in payload["trainer"]:
+        raise CheckpointError(f"{path}: written by rl_gpu before 0.2, whose training state this version cannot "
+                              "continue; evaluate and export still read it, or start a new run")
+
+
 class CheckpointMixin:
     """State and checkpoints of a trainer (the attributes are :class:`~rl_gpu.training.runner.Trainer`'s)."""
 
@@ -110,11 +120,7 @@ class CheckpointMixin:
         """Load ``path`` (a ``last.pt``; ``payload`` if already loaded), check that it is this directory's run,
         and only then drop metric lines written after it, so the run continues as if it had never stopped."""
         payload = load_checkpoint(path, self.device) if payload is None else payload
-        if payload.get("env_id") != self.config.env or "trainer" not in payload:
-            raise CheckpointError(f"{path}: not a resumable checkpoint of a {self.config.env} run")
-        if "env" not in payload["trainer"]:
-            raise CheckpointError(f"{path}: written by rl_gpu before 0.2, whose training state this version cannot "
-                                  "continue; evaluate and export still read it, or start a new run")
+        check_trainer_payload(path, payload, self.config.env)
         check_checkpoint_belongs(self.run_dir, payload)
         try:
             self.load_state_dict(rank_trainer_state(payload, path))

@@ -40,7 +40,7 @@ from rl_gpu.runtime.hardware import run_environment
 from rl_gpu.runtime.run_files import RunLocks, check_run_folder
 from rl_gpu.training import ranks
 from rl_gpu.training.budget import Budget
-from rl_gpu.training.checkpointing import CheckpointMixin
+from rl_gpu.training.checkpointing import CheckpointMixin, check_trainer_payload
 from rl_gpu.training.config import TrainConfig
 from rl_gpu.training.evaluation import EvalResult, evaluate_policy
 from rl_gpu.training.events import CallbackLike, Events, IterationDone, RunEnded, RunStarted
@@ -487,6 +487,7 @@ def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = prin
         seed = payload.get("seed")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise CheckpointError(f"{run_dir / 'last.pt'}: not a resumable checkpoint (it records no seed)")
+        check_trainer_payload(run_dir / "last.pt", payload, config.env)
         check_checkpoint_belongs(run_dir, payload)
         check_run_folder(run_dir)
         check_config_record(run_dir, payload)

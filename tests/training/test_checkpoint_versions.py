@@ -54,11 +54,13 @@ def test_a_version_1_checkpoint_evaluates_and_exports(tmp_path):
     assert torch.jit.load(str(exported))(torch.zeros(2, 4)).shape == (2,)
 
 
-def test_resuming_a_version_1_run_is_refused_with_one_line(tmp_path):
+def test_resuming_a_version_1_run_is_refused_with_one_line(tmp_path, call_main):
+    from rl_gpu.cli.train import main
+
     run_dir = _version_1_run(tmp_path / "old" / "seed-5").parent
     before = (run_dir / "last.pt").read_bytes()
-    out = _run("train", "--resume", str(run_dir), "--device", "cpu")
-    assert out.returncode == 2, out.stderr
-    lines = out.stderr.strip().splitlines()
+    code, _, err = call_main(main, "--resume", run_dir, "--device", "cpu")  # as `rl-gpu train` runs it
+    assert code == 2, err
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and "before 0.2" in lines[0] and "evaluate and export still read it" in lines[0]
     assert (run_dir / "last.pt").read_bytes() == before
