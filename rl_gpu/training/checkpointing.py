@@ -28,14 +28,18 @@ from rl_gpu.training.run_state import RunState
 RUN_STATE_FIELDS = tuple(f.name for f in dataclasses.fields(RunState))
 
 
-def check_trainer_payload(path: Path, payload: dict, env_id: str) -> None:
-    """Refuse a loaded ``last.pt`` that holds no training state of an ``env_id`` run this version can continue (one
-    line); called before anything of the run is built."""
+def check_trainer_payload(path: Path, payload: dict, env_id: str) -> int:
+    """The seed of a loaded ``last.pt``; refuses one that holds no training state of an ``env_id`` run this version
+    can continue (one line). Called before anything of the run is built."""
+    seed = payload.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise CheckpointError(f"{path}: not a resumable checkpoint (it records no seed)")
     if payload.get("env_id") != env_id or "trainer" not in payload:
         raise CheckpointError(f"{path}: not a resumable checkpoint of a {env_id} run")
     if "env" not in payload["trainer"]:
         raise CheckpointError(f"{path}: written by rl_gpu before 0.2, whose training state this version cannot "
                               "continue; evaluate and export still read it, or start a new run")
+    return seed
 
 
 class CheckpointMixin:

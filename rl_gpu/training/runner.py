@@ -33,7 +33,7 @@ from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import VecEnv
 from rl_gpu.envs.registry import make
 from rl_gpu.envs.seat_agents import seat_game
-from rl_gpu.runtime.checkpoint import CheckpointError, atomic_write_json, load_checkpoint
+from rl_gpu.runtime.checkpoint import atomic_write_json, load_checkpoint
 from rl_gpu.runtime.compile import resolve_compile
 from rl_gpu.runtime.distributed import all_agree, is_main_process, rank, world_size
 from rl_gpu.runtime.hardware import run_environment
@@ -484,10 +484,7 @@ def resume(run_dir: Path, config: TrainConfig, log: Callable[[str], None] = prin
         device = prepare(config)
         run_dir = Path(run_dir)
         payload = load_checkpoint(run_dir / "last.pt", device)
-        seed = payload.get("seed")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise CheckpointError(f"{run_dir / 'last.pt'}: not a resumable checkpoint (it records no seed)")
-        check_trainer_payload(run_dir / "last.pt", payload, config.env)
+        seed = check_trainer_payload(run_dir / "last.pt", payload, config.env)
         check_checkpoint_belongs(run_dir, payload)
         check_run_folder(run_dir)
         check_config_record(run_dir, payload)
