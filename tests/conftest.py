@@ -13,9 +13,9 @@ import rl_gpu.envs.mujoco  # noqa: F401,E402
 # One intra-op thread, as the Makefile sets: the suite is small tensors, and extra threads only contend.
 torch.set_num_threads(1)
 
-# Inductor's compile workers forked from the test process instead of started as interpreters of their own (each
-# imports torch and Inductor: seconds of a core per worker, in every test process that compiles): a cold suite's
-# compiling tests ran 15% faster. Not where CUDA is: a forked worker cannot use it, and Triton's compiles may.
+# Inductor's compile workers forked from the test process instead of started as interpreters of their own: each
+# of those imports torch and Inductor, seconds of a core per worker in every test process that compiles
+# (benchmarks/HISTORY.md section 51). Not where CUDA is: a forked worker cannot use it, and Triton's compiles may.
 if not torch.cuda.is_available():
     os.environ.setdefault("TORCHINDUCTOR_WORKER_START", "fork")
 
