@@ -200,7 +200,7 @@ def _warm_up(data: st.DataObject, env: TensorEnv, max_steps: int = 6) -> StepRes
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-@_settings(25)
+@_settings(16)
 @given(n=NUM_ENVS, seed=SEEDS, limit=TIME_LIMITS, extra=EXTRA_STEPS, data=st.data())
 def test_autoreset_resets_exactly_the_finished_rows(env_id, n, seed, limit, extra, data):
     env = make(env_id, n, seed=seed, max_episode_steps=limit)
