@@ -39,9 +39,7 @@ def _decoded_alike(mode: str, device: str = "cpu", calls: int = 1) -> None:
     equal the eager decoder's, from the same generator states."""
     torch.manual_seed(0)
     shape = make("Addition-v0?digits=1", num_envs=8, seed=3)
-    # One layer: each layer's step is the same code (the static step of several layers against the sliced one is
-    # the first test's), and a second layer costs a cold compile 8 s more.
-    policy = TransformerPolicy(shape.vocab.size, shape.prompt_length, shape.response_length, 32, 1, 2)
+    policy = TransformerPolicy(shape.vocab.size, shape.prompt_length, shape.response_length, 32, 2, 2)
     policy = policy.to(device).eval()
     answers = {}
     for name in ("off", mode):
