@@ -286,7 +286,7 @@ def test_autoreset_resets_exactly_the_finished_rows(env_id, n, seed, limit, extr
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-@_settings(15)
+@_settings(10)
 @given(n=NUM_ENVS, seed=SEEDS, limit=TIME_LIMITS, extra=EXTRA_STEPS, data=st.data())
 def test_without_autoreset_finished_rows_freeze_until_reset_rows(env_id, n, seed, limit, extra, data):
     env = make(env_id, n, seed=seed, max_episode_steps=limit, autoreset=False)
@@ -340,7 +340,7 @@ def test_without_autoreset_finished_rows_freeze_until_reset_rows(env_id, n, seed
 
 
 @pytest.mark.parametrize("env_id", ENV_IDS)
-@_settings(12)
+@_settings(8)
 @given(n=NUM_ENVS, seed=SEEDS, other=SEEDS, limit=TIME_LIMITS, extra=EXTRA_STEPS, data=st.data())
 def test_same_seed_same_trajectory(env_id, n, seed, other, limit, extra, data):
     a = make(env_id, n, seed=seed, max_episode_steps=limit)
