@@ -95,8 +95,8 @@ def test_a_rollout_into_storage_stacked_or_copied_per_step_is_the_rollout_withou
     _assert_rollouts(plain, copied)
 
 
-@pytest.mark.parametrize("env_id, compile", [("CartPole-v1", "off"), ("Pendulum-v1", "off")])
-def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, compile, monkeypatch):
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, monkeypatch):
     """A CPU rollout that keeps its records values the final observations after its last step, only at the steps
     where a row was truncated (here a 5-step time limit: most of the 12 steps have one). The same rollout as the
     step's own V(final_obs) (bit for bit eager) and as :func:`collect`, with storage or without. (Compiled: the
@@ -110,7 +110,7 @@ def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, compile
     reference = collect(policy, env, 12, torch.Generator().manual_seed(1),
                         opponent_rng=torch.Generator().manual_seed(2))
     env, policy = env_policy()
-    engine = RolloutEngine(policy, env, 12, compile=compile)
+    engine = RolloutEngine(policy, env, 12)
     assert engine.final_values_after
     noise, state = engine.draw(torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)), env.state
     after, _ = engine.run(noise, state)
@@ -119,10 +119,9 @@ def test_final_values_taken_after_the_rollout_are_each_steps_own(env_id, compile
     assert 2 <= truncated.any(1).sum() < 12
     assert (after.final_value[truncated] != 0).all() and (after.final_value[~truncated] == 0).all()
     _assert_rollouts(after, stored)
-    _assert_rollouts(reference, after, exact=compile == "off")
-    if compile == "off":  # (compiled, the step's own form would be one more unit to compile)
-        monkeypatch.setattr(engine_module, "FINAL_VALUES_AFTER", False)
-        _assert_rollouts(engine.run(noise, state)[0], after)
+    _assert_rollouts(reference, after)
+    monkeypatch.setattr(engine_module, "FINAL_VALUES_AFTER", False)
+    _assert_rollouts(engine.run(noise, state)[0], after)
 
 
 def test_a_compiled_rollout_of_two_steps_a_call_is_the_rollout_of_one(monkeypatch):
