@@ -123,8 +123,9 @@ class CheckpointMixin:
     def resume_from(self, path: Path, payload: dict | None = None) -> None:
         """Load ``path`` (a ``last.pt``; ``payload`` if already loaded), check that it is this directory's run,
         and only then drop metric lines written after it, so the run continues as if it had never stopped."""
-        payload = load_checkpoint(path, self.device) if payload is None else payload
-        check_trainer_payload(path, payload, self.config.env)
+        if payload is None:  # else read and checked by the caller (training.runner.resume) before the run was built
+            payload = load_checkpoint(path, self.device)
+            check_trainer_payload(path, payload, self.config.env)
         check_checkpoint_belongs(self.run_dir, payload)
         try:
             self.load_state_dict(rank_trainer_state(payload, path))
