@@ -1,3 +1,4 @@
+import gc
 import importlib
 import os
 import sys
@@ -18,6 +19,22 @@ torch.set_num_threads(1)
 # (benchmarks/HISTORY.md section 51). Not where CUDA is: a forked worker cannot use it, and Triton's compiles may.
 if not torch.cuda.is_available():
     os.environ.setdefault("TORCHINDUCTOR_WORKER_START", "fork")
+
+
+def pytest_collection_finish(session):
+    """The objects of the imports and the collected tests, hundreds of thousands, are moved out of the cyclic
+    collector's reach (``gc.freeze``): its full collections would walk them all, every few seconds, for the
+    whole run. What each test module leaves alive (TorchDynamo and Inductor, loaded by the first test that
+    compiles, their caches) follows after the module, once its garbage is collected."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _freeze_what_the_module_left():
+    yield
+    gc.collect()  # walks only what is younger than the last freeze
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)

@@ -33,6 +33,7 @@ from rl_gpu.core.seeding import derive_seed
 from rl_gpu.core.types import VecEnv
 from rl_gpu.envs.registry import make
 from rl_gpu.envs.seat_agents import seat_game
+from rl_gpu.runtime.allocator import collector_spares_startup
 from rl_gpu.runtime.checkpoint import atomic_write_json, load_checkpoint
 from rl_gpu.runtime.compile import resolve_compile
 from rl_gpu.runtime.distributed import all_agree, is_main_process, rank, world_size
@@ -43,8 +44,7 @@ from rl_gpu.training.budget import Budget
 from rl_gpu.training.checkpointing import CheckpointMixin, check_trainer_payload
 from rl_gpu.training.config import TrainConfig
 from rl_gpu.training.evaluation import EvalResult, evaluate_policy
-from rl_gpu.training.events import CallbackLike, Events, IterationDone, RunEnded, RunStarted
-from rl_gpu.training.events import check_callbacks
+from rl_gpu.training.events import CallbackLike, Events, IterationDone, RunEnded, RunStarted, check_callbacks
 from rl_gpu.training.final_eval import final_evaluation
 from rl_gpu.training import validation
 from rl_gpu.training.goals import goal_for
@@ -220,7 +220,7 @@ class Trainer(CheckpointMixin):
         status, reason, signum = "", "", None
         updates_this_call = 0
         original_log = self.log
-        with self.run_logger() as logger:
+        with self.run_logger() as logger, collector_spares_startup() as spare_startup_objects:
             if original_log is print:
                 self.log = logger.print
             if fresh_baseline:
@@ -247,6 +247,7 @@ class Trainer(CheckpointMixin):
                 while not status:
                     step_start = time.perf_counter()
                     values = self.train_one_update(logger)
+                    spare_startup_objects()  # after the first update's compiles (once)
                     stop.agree()  # under torchrun: a signal on any process stops every one here
                     self.state.train_seconds += time.perf_counter() - step_start
                     pending.append(PendingUpdate(self.state.update, self.state.train_seconds, logger.take_phases(),
