@@ -53,16 +53,6 @@ def resolve_compile(mode: str, device: torch.device | str) -> str:
     return mode
 
 
-SCALAR_CPU_KERNELS = {"cpp.simdlen": 1}
-"""Inductor options of a unit that steps an environment declaring ``compile_simd = False``: its CPU kernels are
-plain loops, not SIMD ones. A grid game's step is integer and boolean work over rows (counters, masks, one-hot
-cells, gathers at per-row indices, reductions over a small grid); Inductor vectorises such loops along the rows,
-with a gathered load per lane and a scalar tail over short inner sizes, and those kernels ran several times slower
-than the same loops unvectorised, and slower than eager ATen (benchmarks/README.md, the compiled environment
-step). Float tasks keep SIMD kernels: their steps gain less than the policy's layers, compiled in the same unit,
-lose as plain loops. CUDA kernels (Triton) are not affected."""
-
-
 def env_simd(env: Any) -> bool:
     """Whether a compiled unit that steps ``env`` keeps Inductor's SIMD CPU kernels (``env.compile_simd``,
     default True)."""
@@ -73,8 +63,9 @@ def compile_unit(fn: F, mode: str, *, simd: bool = True, autograd: bool = False)
     """``fn`` itself (``off``) or compiled with Inductor for static shapes (every other mode).
 
     ``fullgraph=True``: a unit that would break the graph (a host read, a data-dependent shape) fails loudly
-    instead of silently falling back to eager code. ``simd`` False: CPU kernels without SIMD
-    (:data:`SCALAR_CPU_KERNELS`; a unit stepping an environment passes :func:`env_simd`). ``autograd``: ``fn``
+    instead of silently falling back to eager code. ``simd`` False: a unit that steps a grid game (a unit stepping
+    an environment passes :func:`env_simd`), whose CPU kernels are plain loops but for the float ones
+    (:mod:`rl_gpu.runtime.inductor_loops`). ``autograd``: ``fn``
     calls ``torch.autograd.grad``, traced into the unit's graph (TorchDynamo's ``trace_autograd_ops``, set
     around every call of the unit, so a recompilation traces it too) rather than a graph break.
     """
@@ -83,10 +74,11 @@ def compile_unit(fn: F, mode: str, *, simd: bool = True, autograd: bool = False)
     if mode not in ("inductor", "cudagraphs"):
         raise ValueError(f"unresolved compile mode {mode!r}; call resolve_compile first")
     try:  # here, not at the top: torch._inductor takes seconds to import
+        from rl_gpu.runtime.inductor_loops import grid_unit_options
         from rl_gpu.runtime.inductor_passes import INDUCTOR_OPTIONS
     except ImportError:  # torch < 2.6 has no cacheable custom passes; the units compile without the pass
-        INDUCTOR_OPTIONS = {}
-    options = {**INDUCTOR_OPTIONS, **({} if simd else SCALAR_CPU_KERNELS)}
+        INDUCTOR_OPTIONS, grid_unit_options = {}, lambda: {"cpp.simdlen": 1}
+    options = INDUCTOR_OPTIONS if simd else grid_unit_options()
     compiled = torch.compile(_own_code(fn), dynamic=False, fullgraph=True, options=options)
     return torch._dynamo.config.patch(trace_autograd_ops=True)(compiled) if autograd else compiled
 

@@ -1,16 +1,21 @@
-"""Units that step an integer or boolean grid game compile without SIMD CPU kernels (``TensorEnv.compile_simd``),
-and give the eager step's results exactly."""
+"""Units that step an integer or boolean grid game (``TensorEnv.compile_simd`` False) compile their CPU kernels as
+plain loops but for the float ones (rl_gpu.runtime.inductor_loops), and give the eager step's results exactly."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
+from torch._inductor.utils import run_and_get_code
 
 from rl_gpu.collect.engine import RolloutEngine
 from rl_gpu.envs.registry import make
 from rl_gpu.nn.actor_critic import UniformRandomPolicy
 from rl_gpu.runtime import compile as compile_module
-from rl_gpu.runtime.compile import SCALAR_CPU_KERNELS, compile_unit, env_simd
+from rl_gpu.runtime import inductor_loops
+from rl_gpu.runtime.compile import compile_unit, env_simd
+from rl_gpu.runtime.inductor_loops import SCALAR_CPU_KERNELS, PlainNonFloatLoops
 
 
 def test_grid_games_declare_scalar_kernels_and_float_tasks_keep_simd():
@@ -33,8 +38,30 @@ def test_the_rollout_step_of_a_grid_game_compiles_with_scalar_options(monkeypatc
     for env_id in ("MinAtar-Breakout-v1", "CartPole-v1"):  # each builds its step unit when a rollout needs it
         engine = RolloutEngine(policy, make(env_id, num_envs=2), 4, episodic=True, compile="inductor")
         engine._unit(engine.steps_per_call(), False)
-    assert all(seen[0][k] == v for k, v in SCALAR_CPU_KERNELS.items())
-    assert len(seen) == 2 and not any(k in seen[1] for k in SCALAR_CPU_KERNELS)
+    assert len(seen) == 2 and isinstance(seen[0]["post_grad_custom_post_pass"], PlainNonFloatLoops)
+    assert not isinstance(seen[1]["post_grad_custom_post_pass"], PlainNonFloatLoops)
+    assert not any(k in options for options in seen for k in SCALAR_CPU_KERNELS)
+
+
+def _vector_types(fn, *args, simd: bool) -> set[str]:
+    _, (code,) = run_and_get_code(compile_unit(fn, "inductor", simd=simd), *args)
+    return set(re.findall(r"VectorizedN?<[a-z0-9_]+", code))
+
+
+def _int_and_float_loops(counts, x):
+    return (counts * 3 + 1) % 7, torch.tanh(x) * 2.0
+
+
+def test_a_grid_unit_keeps_simd_for_its_float_loops_only():
+    args = (torch.arange(640).reshape(64, 10), torch.randn(64, 64))
+    assert _vector_types(_int_and_float_loops, *args, simd=True) == {"Vectorized<float", "VectorizedN<int64_t"}
+    assert _vector_types(_int_and_float_loops, *args, simd=False) == {"Vectorized<float"}  # the integer loop plain
+
+
+def test_without_the_patch_a_grid_unit_is_plain_loops_throughout(monkeypatch):
+    monkeypatch.setattr(inductor_loops, "install", lambda: False)
+    options = inductor_loops.grid_unit_options()
+    assert options["cpp.simdlen"] == 1 and not isinstance(options["post_grad_custom_post_pass"], PlainNonFloatLoops)
 
 
 def _compiled_equals_eager(env_id: str, episodes_end: bool = True) -> None:
