@@ -1,7 +1,7 @@
 """Why a compiled step of a grid game compiles without SIMD CPU kernels (``TensorEnv.compile_simd``): time one
 environment step (``step_state``, auto-reset included) eager, compiled with Inductor's SIMD kernels and compiled
-with plain loops (:data:`rl_gpu.runtime.compile.SCALAR_CPU_KERNELS`), the three alternating round by round in one
-process, for each id and batch size.
+as a grid game's unit is (plain loops but for the float ones, :mod:`rl_gpu.runtime.inductor_loops`), the three
+alternating round by round in one process, for each id and batch size.
 
     OMP_NUM_THREADS=1 python benchmarks/cpu_env_kernels.py [--ids ID ...] [--num-envs 64 4096] [--rounds 3]
 

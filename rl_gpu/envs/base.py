@@ -115,8 +115,9 @@ class TensorEnv(abc.ABC, Generic[Inner]):
     declared only where tested equal to stepping each variant apart; a subclass declares it again, it is not
     inherited)."""
     compile_simd: bool = True
-    """Whether a compiled step of this environment keeps Inductor's SIMD CPU kernels; False for integer and boolean
-    grid games, whose loops run faster unvectorised (:data:`rl_gpu.runtime.compile.SCALAR_CPU_KERNELS`)."""
+    """Whether a compiled step of this environment keeps Inductor's SIMD CPU kernels throughout; False for integer
+    and boolean grid games, whose loops run faster unvectorised: a unit stepping one keeps SIMD for its float loops
+    only, a policy's layers (:mod:`rl_gpu.runtime.inductor_loops`)."""
     params_type: type | None = None
     """A frozen dataclass of physical or game parameters; constructor keyword arguments override its fields
     and the result is ``self.params``. None: the environment takes no parameters."""
