@@ -54,8 +54,8 @@ def resolve_compile(mode: str, device: torch.device | str) -> str:
 
 
 def env_simd(env: Any) -> bool:
-    """Whether a compiled unit that steps ``env`` keeps Inductor's SIMD CPU kernels (``env.compile_simd``,
-    default True)."""
+    """Whether a compiled unit that steps ``env`` keeps Inductor's SIMD CPU kernels throughout
+    (``env.compile_simd``, default True; False: its float loops only)."""
     return bool(getattr(env, "compile_simd", True))
 
 

@@ -1,0 +1,78 @@
+"""A compiled MinAtar rollout on the CPU with its step unit's loops all plain (before) and with the float loops, the
+policy's layers, as SIMD code and the rest plain (now: :mod:`rl_gpu.runtime.inductor_loops`), alternating in one
+process.
+
+The shape of the PureJaxRL MinAtar comparison (benchmarks/purejaxrl_minatar.py): 64 environments x 128 steps,
+``--policy categorical``'s two 64-64 tanh MLPs on the flattened frames with the CPU kernels, ``--compile
+inductor``, one thread. Before timing, the script checks that both forms give the same rollout from the same state
+and noise: every integer and boolean field equal, the float fields within 1e-5 (SIMD and scalar code may round a
+tanh's last bit apart). Prints milliseconds per rollout, medians of ``--rounds`` [each round], and the ratio.
+
+    OMP_NUM_THREADS=1 python benchmarks/grid_unit_loops.py [--game Breakout|SpaceInvaders] [--rounds 8]
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from frame_update import alternate, print_forms
+from rollout_forms import game_and_rounds
+
+from rl_gpu.collect.engine import ROLLOUT_FIELDS, RolloutEngine
+from rl_gpu.envs.registry import make
+from rl_gpu.nn.actor_critic import mlp_for_env
+from rl_gpu.nn.cpu_kernels import use_cpu_kernels
+from rl_gpu.runtime import inductor_loops
+
+N, T = 64, 128
+FORMS = ("every loop plain (before)", "float loops SIMD, the rest plain (now)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = game_and_rounds(__doc__, argv)
+    torch.set_num_threads(1)
+    env = make(f"MinAtar-{args.game}-v1", num_envs=N, device="cpu", seed=0, validate_actions=False)
+    torch.manual_seed(0)
+    policy = use_cpu_kernels(mlp_for_env(env.spec, (64, 64)))
+    engines = {name: RolloutEngine(policy, env, T, compile="inductor") for name in FORMS}
+    storages = {name: engine.empty_rollout() for name, engine in engines.items()}
+    generator = torch.Generator().manual_seed(1)
+
+    def rollout(name: str, noise, state=None):
+        start = time.perf_counter()
+        _, final = engines[name].run(noise, state, out=storages[name])
+        return (time.perf_counter() - start) * 1000, final
+
+    start_state, noise = env.state, engines[FORMS[0]].draw(generator)
+    now_options = inductor_loops.grid_unit_options
+    inductor_loops.grid_unit_options = lambda: {**inductor_loops.INDUCTOR_OPTIONS,
+                                                **inductor_loops.SCALAR_CPU_KERNELS}
+    try:  # the units compile at their first call
+        seconds, _ = rollout(FORMS[0], noise, start_state)
+    finally:
+        inductor_loops.grid_unit_options = now_options
+    print(f"{FORMS[0]}: compile and first rollout {seconds / 1000:.1f} s", flush=True)
+    seconds, _ = rollout(FORMS[1], noise, start_state)
+    print(f"{FORMS[1]}: compile and first rollout {seconds / 1000:.1f} s", flush=True)
+    for field in ROLLOUT_FIELDS:
+        a, b = (getattr(storages[name], field) for name in FORMS)
+        if a is None:
+            continue
+        same = torch.allclose(a, b, rtol=0, atol=1e-5) if a.is_floating_point() else torch.equal(a, b)
+        if not same:
+            raise SystemExit(f"the two forms' rollouts differ in {field}")
+    state = {name: start_state for name in FORMS}
+
+    def timed(name: str) -> float:
+        ms, state[name] = rollout(name, engines[name].draw(generator), state[name])
+        return ms
+
+    times = alternate(list(FORMS), args.rounds, timed)
+    print(f"\n{args.game}, {N} x {T} steps, ms per rollout, median [rounds]; both forms' rollouts from the same state "
+          "and noise: integers equal, floats within 1e-5")
+    print_forms(times, "ms per rollout")
+
+
+if __name__ == "__main__":
+    main()
