@@ -16,8 +16,7 @@ from __future__ import annotations
 import time
 
 import torch
-from frame_update import alternate, print_forms
-from rollout_forms import game_and_rounds
+from rollout_forms import game_and_rounds, time_rollouts
 
 from rl_gpu.collect.engine import ROLLOUT_FIELDS, RolloutEngine
 from rl_gpu.envs.registry import make
@@ -62,16 +61,8 @@ def main(argv: list[str] | None = None) -> None:
         same = torch.allclose(a, b, rtol=0, atol=1e-5) if a.is_floating_point() else torch.equal(a, b)
         if not same:
             raise SystemExit(f"the two forms' rollouts differ in {field}")
-    state = {name: start_state for name in FORMS}
-
-    def timed(name: str) -> float:
-        ms, state[name] = rollout(name, engines[name].draw(generator), state[name])
-        return ms
-
-    times = alternate(list(FORMS), args.rounds, timed)
-    print(f"\n{args.game}, {N} x {T} steps, ms per rollout, median [rounds]; both forms' rollouts from the same state "
-          "and noise: integers equal, floats within 1e-5")
-    print_forms(times, "ms per rollout")
+    time_rollouts(args, list(FORMS), rollout, lambda name: engines[name].draw(generator), start_state,
+                  "both forms' rollouts from the same state and noise: integers equal, floats within 1e-5")
 
 
 if __name__ == "__main__":

@@ -70,16 +70,21 @@ def main(argv: list[str] | None = None) -> None:
             first = fields
         elif not all(torch.equal(a, b) for a, b in zip(first, fields)):
             raise SystemExit(f"{name}: its rollout differs from the first form's")
-    state = start_state
+    time_rollouts(args, list(FORMS), rollout, lambda name: engines[name].draw(generator), start_state,
+                  "every form's rollout from the same state and noise: the same, bit for bit")
+
+
+def time_rollouts(args: argparse.Namespace, forms: list[str], rollout, draw, state, checked: str) -> None:
+    """``rollout(name, draw(name), state) -> (ms, state)`` for each form, ``args.rounds`` alternating rounds, each
+    rollout from where the last one ended; prints the table (``checked``: what was checked before)."""
 
     def timed(name: str) -> float:
         nonlocal state
-        ms, state = rollout(name, engines[name].draw(generator), state)
+        ms, state = rollout(name, draw(name), state)
         return ms
 
-    times = alternate(list(FORMS), args.rounds, timed)
-    print(f"\n{args.game}, {N} x {T} steps, ms per rollout, median [rounds]; every form's rollout from the same state "
-          "and noise: the same, bit for bit")
+    times = alternate(forms, args.rounds, timed)
+    print(f"\n{args.game}, {N} x {T} steps, ms per rollout, median [rounds]; {checked}")
     print_forms(times, "ms per rollout")
 
 

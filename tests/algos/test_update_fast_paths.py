@@ -162,8 +162,10 @@ def test_the_frame_update_benchmark_refuses_what_it_cannot_time_in_one_line(benc
 @pytest.mark.parametrize("args, says", [(["--rounds", "0"], "--rounds must be at least 1, got 0"),
                                         (["--rounds", str(10**12)], "--rounds must be at most 1,000"),
                                         (["--game", "Brakeout"], "invalid choice: 'Brakeout'")])
-def test_the_iteration_forms_benchmark_refuses_what_it_cannot_time_in_one_line(benchmark_script, capsys, args, says):
+@pytest.mark.parametrize("script", ["iteration_forms", "grid_unit_loops"])
+def test_the_minatar_forms_benchmarks_refuse_what_they_cannot_time_in_one_line(benchmark_script, capsys, script, args,
+                                                                               says):
     with pytest.raises(SystemExit) as e:
-        benchmark_script("iteration_forms").main(args)
+        benchmark_script(script).main(args)
     err = capsys.readouterr().err
     assert e.value.code == 2 and says in err and "Traceback" not in err

@@ -107,11 +107,3 @@ def test_the_kernel_benchmark_refuses_what_it_cannot_time_in_one_line(benchmark_
     err = capsys.readouterr().err
     assert e.value.code == 2 and says in err and "Traceback" not in err
 
-
-@pytest.mark.parametrize("args, says", [(["--rounds", "0"], "--rounds must be at least 1"),
-                                        (["--game", "Pong"], "invalid choice: 'Pong'")])
-def test_the_loops_benchmark_refuses_what_it_cannot_time_in_one_line(benchmark_script, capsys, args, says):
-    with pytest.raises(SystemExit) as e:
-        benchmark_script("grid_unit_loops").main(args)
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and says in err and "Traceback" not in err
