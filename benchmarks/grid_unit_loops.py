@@ -16,25 +16,17 @@ from __future__ import annotations
 import time
 
 import torch
-from rollout_forms import game_and_rounds, time_rollouts
+from rollout_forms import comparison_engines, game_and_rounds, time_rollouts
 
-from rl_gpu.collect.engine import ROLLOUT_FIELDS, RolloutEngine
-from rl_gpu.envs.registry import make
-from rl_gpu.nn.actor_critic import mlp_for_env
-from rl_gpu.nn.cpu_kernels import use_cpu_kernels
+from rl_gpu.collect.engine import ROLLOUT_FIELDS
 from rl_gpu.runtime import inductor_loops
 
-N, T = 64, 128
 FORMS = ("every loop plain (before)", "float loops SIMD, the rest plain (now)")
 
 
 def main(argv: list[str] | None = None) -> None:
     args = game_and_rounds(__doc__, argv)
-    torch.set_num_threads(1)
-    env = make(f"MinAtar-{args.game}-v1", num_envs=N, device="cpu", seed=0, validate_actions=False)
-    torch.manual_seed(0)
-    policy = use_cpu_kernels(mlp_for_env(env.spec, (64, 64)))
-    engines = {name: RolloutEngine(policy, env, T, compile="inductor") for name in FORMS}
+    env, engines = comparison_engines(args.game, FORMS)
     storages = {name: engine.empty_rollout() for name, engine in engines.items()}
     generator = torch.Generator().manual_seed(1)
 

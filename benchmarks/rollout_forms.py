@@ -44,13 +44,19 @@ def game_and_rounds(doc: str, argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = game_and_rounds(__doc__, argv)
+def comparison_engines(game: str, forms) -> tuple:
+    """The comparison's environment (``N`` rows of ``game``) and a compiled rollout engine of ``T`` steps per form,
+    all sharing one policy; one torch thread."""
     torch.set_num_threads(1)
-    env = make(f"MinAtar-{args.game}-v1", num_envs=N, device="cpu", seed=0, validate_actions=False)
+    env = make(f"MinAtar-{game}-v1", num_envs=N, device="cpu", seed=0, validate_actions=False)
     torch.manual_seed(0)
     policy = use_cpu_kernels(mlp_for_env(env.spec, (64, 64)))
-    engines = {name: RolloutEngine(policy, env, T, compile="inductor") for name in FORMS}
+    return env, {name: RolloutEngine(policy, env, T, compile="inductor") for name in forms}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = game_and_rounds(__doc__, argv)
+    env, engines = comparison_engines(args.game, FORMS)
     storage = engines[next(iter(FORMS))].empty_rollout()
     generator = torch.Generator().manual_seed(1)
 
