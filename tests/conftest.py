@@ -37,6 +37,17 @@ def _freeze_what_the_module_left():
     gc.freeze()
 
 
+@pytest.fixture
+def nothing_frozen():
+    """For a test of what is frozen: everything frozen so far handed back to the collector, and frozen again after
+    the test."""
+    gc.collect()
+    gc.unfreeze()
+    yield
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def _one_step_a_compiled_call(monkeypatch):
     """Compiled CPU rollouts run one step a call here: the two-step unit (the default) takes about twice as long to

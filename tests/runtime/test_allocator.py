@@ -67,20 +67,10 @@ def _cycle() -> weakref.ref:
     return weakref.ref(node)
 
 
-@pytest.fixture
-def unfrozen():
-    """The suite's conftest freezes what each module leaves; these tests start with nothing frozen."""
-    gc.collect()
-    gc.unfreeze()
-    yield
-    gc.collect()
-    gc.freeze()
-
-
-def test_the_collector_spares_what_lived_at_the_freeze_until_the_end(unfrozen):
+def test_the_collector_spares_what_lived_at_the_freeze_until_the_end(nothing_frozen):
     early = _Node()
     early.me = early
-    early_ref = weakref.ref(early)
+    early_ref = weakref.ref(early)  # held until frozen: an automatic collection could free it before
     with allocator.collector_spares_startup() as freeze:
         assert gc.get_freeze_count() == 0  # nothing before the call
         freeze()
@@ -99,7 +89,7 @@ def test_the_collector_spares_what_lived_at_the_freeze_until_the_end(unfrozen):
     assert early_ref() is None  # handed back: collected after the run
 
 
-def test_someone_elses_freeze_is_left_alone(unfrozen):
+def test_someone_elses_freeze_is_left_alone(nothing_frozen):
     gc.freeze()
     count = gc.get_freeze_count()
     with allocator.collector_spares_startup() as freeze:

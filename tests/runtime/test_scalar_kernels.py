@@ -106,4 +106,3 @@ def test_the_kernel_benchmark_refuses_what_it_cannot_time_in_one_line(benchmark_
         benchmark_script("cpu_env_kernels").main(args)
     err = capsys.readouterr().err
     assert e.value.code == 2 and says in err and "Traceback" not in err
-

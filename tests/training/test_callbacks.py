@@ -24,17 +24,11 @@ from rl_gpu.training.runner import resume, train
 from test_reliability import QUIET, _assert_same_state, _config, _metrics, _params  # noqa: I001 (a sibling)
 
 
-def test_a_run_spares_its_starting_objects_from_the_collector_until_it_ends(tmp_path):
+def test_a_run_spares_its_starting_objects_from_the_collector_until_it_ends(tmp_path, nothing_frozen):
     """rl_gpu.runtime.allocator.collector_spares_startup: frozen after the first update, handed back at the end."""
-    gc.collect()
-    gc.unfreeze()  # the suite's conftest froze what earlier modules left
     counts = []
-    try:
-        train(_config("CartPole-v1", tmp_path, max_updates=3, min_updates=3, log_every=1), log=QUIET,
-              callbacks=[lambda e: counts.append((type(e).__name__, gc.get_freeze_count()))])
-    finally:
-        gc.collect()
-        gc.freeze()
+    train(_config("CartPole-v1", tmp_path, max_updates=3, min_updates=3, log_every=1), log=QUIET,
+          callbacks=[lambda e: counts.append((type(e).__name__, gc.get_freeze_count()))])
     assert counts[0] == ("RunStarted", 0) and counts[-1] == ("RunEnded", 0)
     iterations = [n for name, n in counts if name == "IterationDone"]
     assert len(iterations) == 3 and all(n > 0 for n in iterations)
