@@ -96,6 +96,39 @@ GRAD_OF(16)
 GRAD_OF(32)
 GRAD_OF(64)
 
+/* The forward pass of a wider layer whose width is a multiple of 64 (128, 256 hidden units): a row's set columns
+   are listed once, then summed 64 outputs at a time, those 64 in eight vector registers (a plain loop over all O
+   sums keeps them in memory: 1.4 times slower at 128 and 256). idx: scratch of I entries. */
+typedef float f8 __attribute__((vector_size(32)));
+#define LOAD8(v, p) memcpy(&(v), (p), 32)
+#define ROW64_DO(OP, p)                                                                                     \
+    { f8 t; LOAD8(t, (p)); OP(a0); LOAD8(t, (p) + 8); OP(a1); LOAD8(t, (p) + 16); OP(a2);                 \
+      LOAD8(t, (p) + 24); OP(a3); LOAD8(t, (p) + 32); OP(a4); LOAD8(t, (p) + 40); OP(a5);                  \
+      LOAD8(t, (p) + 48); OP(a6); LOAD8(t, (p) + 56); OP(a7); }
+#define ADD_T(a) a += t
+#define SET_T(a) a = t
+
+static inline int64_t list_set(const uint8_t *x, int64_t r, int64_t I, int64_t *idx) {
+    int64_t n = 0;
+    FOR_EACH_SET(idx[n++] = c)
+    return n;
+}
+
+static inline void forward_blocks(const uint8_t *x, const float *wt, const float *bias, float *out, int64_t R,
+                                  int64_t I, int64_t O, int64_t *idx) {
+    for (int64_t r = 0; r < R; ++r) {
+        int64_t n = list_set(x, r, I, idx);
+        for (int64_t j = 0; j < O; j += 64) {
+            f8 a0, a1, a2, a3, a4, a5, a6, a7;
+            ROW64_DO(SET_T, bias + j)
+            for (int64_t m = 0; m < n; ++m) ROW64_DO(ADD_T, wt + idx[m] * O + j)
+            float *o = out + r * O + j;
+            memcpy(o, &a0, 32); memcpy(o + 8, &a1, 32); memcpy(o + 16, &a2, 32); memcpy(o + 24, &a3, 32);
+            memcpy(o + 32, &a4, 32); memcpy(o + 40, &a5, 32); memcpy(o + 48, &a6, 32); memcpy(o + 56, &a7, 32);
+        }
+    }
+}
+
 /* dst[cols, rows] = src[rows, cols]^T, in 8 x 8 tiles (a strided copy element by element is several times slower). */
 static void transpose(const float *restrict src, float *restrict dst, int64_t rows, int64_t cols) {
     for (int64_t i0 = 0; i0 < rows; i0 += 8)
@@ -106,8 +139,9 @@ static void transpose(const float *restrict src, float *restrict dst, int64_t ro
         }
 }
 
-/* out[R, O] = bias + the sum of the columns c of w[O, I] with x[r, c] set; wt[I, O] is scratch (w transposed:
-   one contiguous row per input cell). */
+/* out[R, O] = bias + the sum of the columns c of w[O, I] with x[r, c] set; wt[I * O + 2 I] is scratch (w
+   transposed: one contiguous row per input cell; then room for a row's list of set columns, I int64s, which start
+   8-byte aligned where forward_blocks reads them: O is a multiple of 64). */
 RL_GPU_CLONES
 void rl_gpu_frame_linear(const uint8_t *x, const float *w, const float *bias, float *out, float *wt,
                          int64_t R, int64_t I, int64_t O) {
@@ -116,6 +150,10 @@ void rl_gpu_frame_linear(const uint8_t *x, const float *w, const float *bias, fl
     case 16: forward_16(x, wt, bias, out, R, I); return;
     case 32: forward_32(x, wt, bias, out, R, I); return;
     case 64: forward_64(x, wt, bias, out, R, I); return;
+    }
+    if (O % 64 == 0) {
+        forward_blocks(x, wt, bias, out, R, I, O, (int64_t *)(wt + I * O));
+        return;
     }
     for (int64_t r = 0; r < R; ++r) {
         float *o = out + r * O;
@@ -292,7 +330,7 @@ def _forward(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     _check(x, weight, bias)
     rows, (out_features, in_features) = _rows(x), weight.shape
     out = torch.empty(rows.shape[0], out_features)
-    scratch = torch.empty(in_features, out_features)
+    scratch = torch.empty(in_features * (out_features + 2))
     weight, bias = weight.detach().contiguous(), bias.detach().contiguous()
     _built().rl_gpu_frame_linear(rows.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr(),
                                    scratch.data_ptr(), rows.shape[0], in_features, out_features)

@@ -22,9 +22,11 @@ def frames(rows: int, inputs: int, seed: int = 0, density: float = 0.1) -> torch
     return torch.rand(rows, inputs, generator=torch.Generator().manual_seed(seed)) < density
 
 
-# Every fixed width of the kernel (16, 32, 64) and the generic loop (48, 128); inputs that are not a multiple of
-# the eight bytes read at once (a tail), and rows all set or all clear.
-@pytest.mark.parametrize("inputs,outputs", [(400, 64), (600, 64), (131, 16), (257, 32), (203, 48), (400, 128)])
+# Every fixed width of the kernel (16, 32, 64), the forward pass in blocks of 64 (128, 256) and the generic loop
+# (48, and the weight gradients at 128 and 256); inputs that are not a multiple of the eight bytes read at once (a
+# tail), and rows all set or all clear.
+@pytest.mark.parametrize("inputs,outputs", [(400, 64), (600, 64), (131, 16), (257, 32), (203, 48), (400, 128),
+                                            (131, 256)])
 def test_forward_and_gradients_equal_the_dense_products(inputs, outputs):
     x = frames(300, inputs, seed=inputs + outputs)
     x[0] = True
