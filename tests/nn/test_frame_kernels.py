@@ -55,7 +55,7 @@ def test_untrained_weights_take_the_operator_without_autograd():
     with torch.no_grad():
         torch.testing.assert_close(fk.frame_linear(x, weight, bias), F.linear(x.float(), weight, bias), rtol=0,
                                    atol=2e-5)
-        torch.library.opcheck(torch.ops.rl_gpu.frame_linear_infer.default, (x, weight.detach(), bias.detach()),
+        torch.library.opcheck(torch.ops.rl_gpu.frame_linear_infer.default, (x, weight.detach().t(), bias.detach()),
                               test_utils=("test_schema", "test_faketensor"))
     assert fk.frame_linear(x, weight, bias).requires_grad  # trained: the operator with its gradient
     fk._LIB.impl("frame_linear_infer", lambda *a: calls.append(1) or forward(*a), "CPU", allow_override=True)
@@ -78,14 +78,14 @@ def test_leading_dimensions_and_gradients_through_the_custom_operator_check():
     torch.testing.assert_close(y, F.linear(x.float(), weight, bias), rtol=0, atol=1e-5)
     # The registration's schema, fake (meta) form and autograd formula; compiled code calling it through AOT
     # dispatch is tests/algos/test_update_fast_paths.py's compiled loss.
-    torch.library.opcheck(fk.frame_linear_op, (x.reshape(-1, 136), weight.requires_grad_(), bias.requires_grad_()),
+    torch.library.opcheck(fk.frame_linear_op, (x.reshape(-1, 136), weight.t().requires_grad_(), bias.requires_grad_()),
                           test_utils=("test_schema", "test_autograd_registration", "test_faketensor"))
 
 
 def test_the_operators_refuse_what_the_kernel_cannot_read():
-    x, weight, bias = frames(4, 136), torch.randn(8, 136), torch.randn(8)
-    for args in ((x.float(), weight, bias), (x, weight.double(), bias), (x, torch.randn(8, 135), bias),
-                 (x, weight, torch.randn(7))):
+    x, weight_t, bias = frames(4, 136), torch.randn(136, 8), torch.randn(8)
+    for args in ((x.float(), weight_t, bias), (x, weight_t.double(), bias), (x, torch.randn(135, 8), bias),
+                 (x, torch.randn(8, 136), bias), (x, weight_t, torch.randn(7))):
         with pytest.raises(ValueError, match="frame_linear takes CPU tensors"):
             torch.ops.rl_gpu.frame_linear(*args)
         with pytest.raises(ValueError, match="frame_linear takes CPU tensors"):
@@ -186,7 +186,7 @@ def test_without_a_working_compiler_the_layer_is_the_dense_product(fresh_build, 
     assert not fk.available()
     assert list(fresh_build.iterdir()) == []  # the failed build left nothing behind
     with pytest.raises(RuntimeError, match="not built on this machine"):
-        torch.ops.rl_gpu.frame_linear(frames(4, 136), torch.randn(8, 136), torch.randn(8))
+        torch.ops.rl_gpu.frame_linear(frames(4, 136), torch.randn(136, 8), torch.randn(8))
     x, weight, bias = frames(256, 400), torch.randn(8, 400), torch.randn(8)
     torch.testing.assert_close(fk.frame_linear(x, weight, bias), F.linear(x.float(), weight, bias))
 
