@@ -296,7 +296,8 @@ def _check(x: Tensor, weight_t: Tensor, bias: Tensor | None = None) -> None:
     if not ok:
         raise ValueError(f"frame_linear takes CPU tensors: bool x [..., I], float32 weight_t [I, O] (the weight "
                          f"transposed) and bias [O]; got x {x.dtype} {tuple(x.shape)}, weight_t {weight_t.dtype} "
-                         f"{tuple(weight_t.shape)}" + ("" if bias is None else f", bias {bias.dtype} {tuple(bias.shape)}"))
+                         f"{tuple(weight_t.shape)}"
+                         + ("" if bias is None else f", bias {bias.dtype} {tuple(bias.shape)}"))
 
 
 def _built() -> ctypes.CDLL:
