@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from rl_gpu.core.types import EnvSpec, PolicyOutput
 from rl_gpu.nn.deploy import DeployedActor, DeployedRecurrentActor
-from rl_gpu.nn.encoders import leading_dims, make_encoder
+from rl_gpu.nn.encoders import encode_pair, leading_dims, make_encoder
 from rl_gpu.nn.heads import make_head
 from rl_gpu.nn.layers import layer_init
 from rl_gpu.nn.normalization import RunningMeanStd, to_float
@@ -114,6 +114,8 @@ class ComposedActorCritic(nn.Module):
     def _encode(self, x: Tensor, critic_obs: Tensor | None) -> tuple[Tensor, Tensor | None]:
         """The encoders' outputs for preprocessed ``x`` (``[..., *O]``); the critic's is None where it reads a
         ``critic`` group that was not given."""
+        if not self.critic_obs_dim and (both := encode_pair(self.actor_encoder, self.critic_encoder, x)) is not None:
+            return both
         return self.actor_encoder(x), self._encode_critic(x, critic_obs)
 
     def _encode_critic(self, x: Tensor, critic_obs: Tensor | None) -> Tensor | None:

@@ -388,6 +388,12 @@ class MLP(nn.Sequential):
                 x = to_float(x)
         if i == 0 and self._sigmoid_form(x):
             return self._forward_sigmoid_form(x)
+        return self.forward_from(x, i)
+
+    def forward_from(self, x: Tensor, start: int) -> Tensor:
+        """The layers from index ``start`` on ``x`` (what the layers before it gave)."""
+        layers = list(self._modules.values())
+        i = start
         while i < len(layers):
             layer = layers[i]
             if type(layer) is not nn.Linear:

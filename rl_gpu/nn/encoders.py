@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from rl_gpu.nn import frame_kernels
 from rl_gpu.nn.cpu_kernels import takes_bool_frames
 from rl_gpu.nn.layers import hidden_layers
 from rl_gpu.nn.normalization import to_float
@@ -69,6 +70,20 @@ class MLPEncoder(nn.Module):
     def deploy_layers(self) -> nn.Module:
         """The encoder for flat float ``[N, prod(O)]`` input, as plain modules (what an export scripts)."""
         return self.layers
+
+
+def encode_pair(actor: nn.Module, critic: nn.Module, obs: Tensor) -> tuple[Tensor, Tensor] | None:
+    """``(actor(obs), critic(obs))`` for two :class:`MLPEncoder` s given the same boolean frames, their first layers
+    as one kernel call where neither is trained (:func:`rl_gpu.nn.frame_kernels.pair_linear`: collecting and
+    evaluating); None where that does not apply (the caller runs each encoder)."""
+    if (obs.dtype != torch.bool or type(actor) is not MLPEncoder or type(critic) is not MLPEncoder
+            or actor.obs_shape != critic.obs_shape or not (actor.takes_bool_frames() and critic.takes_bool_frames())):
+        return None
+    x = obs.reshape(*leading_dims(obs, actor.obs_shape), -1)
+    if not frame_kernels.pair_applies(x, actor.layers[0], critic.layers[0]):
+        return None
+    actor_h, critic_h = frame_kernels.pair_linear(x, actor.layers[0], critic.layers[0])
+    return actor.layers.forward_from(actor_h, 1), critic.layers.forward_from(critic_h, 1)
 
 
 class CNNEncoder(nn.Module):

@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn import functional as F
 
 _SOURCE = r"""
@@ -251,6 +251,11 @@ def ready() -> bool:
 ready._dynamo_marked_constant = True
 
 
+PAIR_FIRST_LAYERS = True
+"""Let two networks' first layers on the same frames run as one kernel call where neither is trained
+(:func:`pair_linear`; a switch for benchmarks and tests)."""
+
+
 FRAME_FROM = (128, 256)
 """The kernel runs from this many inputs (I) and rows (R) where the weight is trained (the operator with its
 autograd rule): below either its call's fixed cost (tens of microseconds) is more than the dense product's."""
@@ -276,15 +281,40 @@ def applies(x: Tensor, weight: Tensor, bias: Tensor | None) -> bool:
     (not a functorch transform's wrappers, for which the operator has no rule) of at least ``FRAME_FROM`` inputs
     and rows (``INFER_FROM`` rows in eager code whose weight is not trained), one torch thread (the kernel runs on
     one), no autocast, outside TorchScript and exports, with the kernel built."""
+    return bias is not None and _applies(x, weight, bias, _rows_from(weight, bias))
+
+
+def _applies(x: Tensor, weight: Tensor, bias: Tensor, rows_from: int) -> bool:
     inputs = x.shape[-1] if x.dim() else 0
-    return (USE_FRAME_KERNEL and x.dtype == torch.bool and x.device.type == "cpu" and bias is not None
+    return (USE_FRAME_KERNEL and x.dtype == torch.bool and x.device.type == "cpu"
             and inputs >= FRAME_FROM[0]
-            and x.numel() // inputs >= _rows_from(weight, bias)
+            and x.numel() // inputs >= rows_from
             and weight.dtype == bias.dtype == torch.float32 and weight.device.type == "cpu"
             and ready() and not torch.is_autocast_enabled("cpu")
             and not torch.jit.is_tracing() and not torch.jit.is_scripting() and not torch.compiler.is_exporting()
             and (torch.compiler.is_compiling() or not (torch._C._functorch.is_functorch_wrapped_tensor(x)
                                                         or torch._C._functorch.is_functorch_wrapped_tensor(weight))))
+
+
+def pair_applies(x: Tensor, first: nn.Linear, second: nn.Linear) -> bool:
+    """Two linear layers on the same boolean ``x`` whose weights are not trained (an actor's and a critic's first,
+    collecting or evaluating) may run as one kernel call on their stacked weights (:func:`pair_linear`): from
+    ``INFER_FROM`` rows, compiled code included (one call then costs less than the two dense products), where
+    each may run the kernel (:func:`applies`'s other conditions)."""
+    if (not PAIR_FIRST_LAYERS or first.bias is None or second.bias is None
+            or _trained(first.weight, first.bias) or _trained(second.weight, second.bias)):
+        return False
+    return (_applies(x, first.weight, first.bias, INFER_FROM)
+            and _applies(x, second.weight, second.bias, INFER_FROM))
+
+
+def pair_linear(x: Tensor, first: nn.Linear, second: nn.Linear) -> tuple[Tensor, Tensor]:
+    """``(first(x), second(x))`` for boolean ``x`` ``[*B, I]`` as one call of the kernel without autograd on the
+    stacked weights ``[O1 + O2, I]``, for a caller that has checked :func:`pair_applies`: the frames are scanned
+    once, and one call's fixed cost is paid instead of two. ``[*B, O1]`` and ``[*B, O2]`` (views of one output)."""
+    weight_t = torch.cat([first.weight, second.weight]).t().contiguous()
+    out = torch.ops.rl_gpu.frame_linear_infer(x, weight_t, torch.cat([first.bias, second.bias]))
+    return out[..., :first.out_features], out[..., first.out_features:]
 
 
 def _check(x: Tensor, weight_t: Tensor, bias: Tensor | None = None) -> None:

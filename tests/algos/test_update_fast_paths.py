@@ -162,7 +162,7 @@ def test_the_frame_update_benchmark_refuses_what_it_cannot_time_in_one_line(benc
 @pytest.mark.parametrize("args, says", [(["--rounds", "0"], "--rounds must be at least 1, got 0"),
                                         (["--rounds", str(10**12)], "--rounds must be at most 1,000"),
                                         (["--game", "Brakeout"], "invalid choice: 'Brakeout'")])
-@pytest.mark.parametrize("script", ["iteration_forms", "grid_unit_loops"])
+@pytest.mark.parametrize("script", ["iteration_forms", "grid_unit_loops", "frame_pair"])
 def test_the_minatar_forms_benchmarks_refuse_what_they_cannot_time_in_one_line(benchmark_script, capsys, script, args,
                                                                                says):
     with pytest.raises(SystemExit) as e:

@@ -152,6 +152,50 @@ def test_the_composed_policy_hands_its_mlp_encoders_the_frames_as_they_are():
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
+def test_an_actors_and_a_critics_first_layers_collect_in_one_kernel_call(monkeypatch):
+    """Without gradients (collecting, evaluating) the composed policy's two MLP encoders take the frames in one
+    call of the kernel on their stacked weights, from ``INFER_FROM`` rows in compiled code too (where one layer
+    alone keeps the dense product below ``FRAME_FROM``): the same decisions as the dense products. Trained weights
+    (the update) keep a call per encoder."""
+    plain = ComposedActorCritic((10, 10, 4), num_actions=6)
+    fast = use_cpu_kernels(ComposedActorCritic((10, 10, 4), num_actions=6))
+    fast.load_state_dict(plain.state_dict())
+    library, calls = fk._library(), []
+
+    class Counting:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(library, name)
+
+    monkeypatch.setattr(fk, "_library", Counting)
+    obs = frames(64, 400, seed=5).reshape(64, 10, 10, 4)
+    noise = torch.rand(64, 6, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got, want = fast.act(obs, noise=noise), plain.act(obs, noise=noise)
+        assert calls == ["rl_gpu_frame_linear"]
+        assert torch.equal(got.action, want.action)
+        torch.testing.assert_close(got.log_prob, want.log_prob, rtol=0, atol=1e-5)
+        torch.testing.assert_close(got.value, want.value, rtol=0, atol=1e-5)
+        actor, critic = fast.actor_encoder.layers[0], fast.critic_encoder.layers[0]
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+        flat = obs.reshape(64, 400)
+        assert fk.pair_applies(flat, actor, critic) and not fk.applies(flat, actor.weight, actor.bias)
+        assert not fk.pair_applies(flat[:fk.INFER_FROM - 1], actor, critic)
+        monkeypatch.undo()
+        monkeypatch.setattr(fk, "_library", Counting)
+        fk.PAIR_FIRST_LAYERS = False
+        try:  # the switch off: a call per encoder
+            calls.clear()
+            fast.act(obs, noise=noise)
+            assert calls == ["rl_gpu_frame_linear"] * 2
+        finally:
+            fk.PAIR_FIRST_LAYERS = True
+    calls.clear()
+    obs = frames(256, 400, seed=6).reshape(256, 10, 10, 4)
+    assert not fk.pair_applies(obs.reshape(256, 400), actor, critic)
+    fast.evaluate(obs, torch.zeros(256, dtype=torch.long))
+    assert calls == ["rl_gpu_frame_linear"] * 2
+
 
 @pytest.fixture
 def fresh_build(monkeypatch, tmp_path):
