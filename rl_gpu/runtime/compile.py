@@ -59,7 +59,7 @@ def env_simd(env: Any) -> bool:
     return bool(getattr(env, "compile_simd", True))
 
 
-def compile_unit(fn: F, mode: str, *, simd: bool = True, autograd: bool = False) -> F:
+def compile_unit(fn: F, mode: str, *, simd: bool = True, autograd: bool = False, fma: bool = False) -> F:
     """``fn`` itself (``off``) or compiled with Inductor for static shapes (every other mode).
 
     ``fullgraph=True``: a unit that would break the graph (a host read, a data-dependent shape) fails loudly
@@ -67,7 +67,9 @@ def compile_unit(fn: F, mode: str, *, simd: bool = True, autograd: bool = False)
     an environment passes :func:`env_simd`), whose CPU kernels are plain loops but for the float ones
     (:mod:`rl_gpu.runtime.inductor_loops`). ``autograd``: ``fn``
     calls ``torch.autograd.grad``, traced into the unit's graph (TorchDynamo's ``trace_autograd_ops``, set
-    around every call of the unit, so a recompilation traces it too) rather than a graph break.
+    around every call of the unit, so a recompilation traces it too) rather than a graph break. ``fma``: its C++
+    kernels may contract multiplies and adds into fused multiply-adds (:func:`~rl_gpu.runtime.inductor_passes.
+    fused_multiply_add_options`; results equal eager code's to float rounding, not bit for bit).
     """
     if mode == "off":
         return fn
@@ -75,10 +77,13 @@ def compile_unit(fn: F, mode: str, *, simd: bool = True, autograd: bool = False)
         raise ValueError(f"unresolved compile mode {mode!r}; call resolve_compile first")
     try:  # here, not at the top: torch._inductor takes seconds to import
         from rl_gpu.runtime.inductor_loops import grid_unit_options
-        from rl_gpu.runtime.inductor_passes import INDUCTOR_OPTIONS
+        from rl_gpu.runtime.inductor_passes import INDUCTOR_OPTIONS, fused_multiply_add_options
     except ImportError:  # torch < 2.6 has no cacheable custom passes; the units compile without the pass
         INDUCTOR_OPTIONS, grid_unit_options = {}, lambda: {"cpp.simdlen": 1}
+        fused_multiply_add_options = dict
     options = INDUCTOR_OPTIONS if simd else grid_unit_options()
+    if fma:
+        options = {**options, **fused_multiply_add_options()}
     compiled = torch.compile(_own_code(fn), dynamic=False, fullgraph=True, options=options)
     return torch._dynamo.config.patch(trace_autograd_ops=True)(compiled) if autograd else compiled
 

@@ -201,7 +201,7 @@ class UpdateUnits:
         third of a small network's update (benchmarks/HISTORY.md section 49). None otherwise."""
         if mode == "inductor" and device.type == "cpu" and precision == "fp32" and self.params:
             self.minibatch = compile_unit(partial(_minibatch_unit, policy, config, loss_fn, self.params), mode,
-                                          autograd=True)
+                                          autograd=True, fma=True)
 
     def fused_minibatches(self, splits: int, keep: Tensor | None) -> bool:
         """Whether this update's minibatches run as :meth:`minibatch_step`s."""
