@@ -99,7 +99,7 @@ GRAD_OF(64)
 
 /* The forward pass of a wider layer whose width is a multiple of 64 (128, 256 hidden units): a row's set columns
    are listed once, then summed 64 outputs at a time, those 64 in eight vector registers (a plain loop over all O
-   sums keeps them in memory: 1.4 times slower at 128 and 256). idx: scratch of I entries. */
+   sums keeps them in memory). idx: scratch of I entries. */
 typedef float f8 __attribute__((vector_size(32)));
 #define LOAD8(v, p) memcpy(&(v), (p), 32)
 #define ROW64_DO(OP, p)                                                                                     \
@@ -264,8 +264,8 @@ INFER_FROM = 32
 """Eager code whose weight is not trained (no gradients: collection, evaluation) runs the kernel from this many
 rows (and ``FRAME_FROM[0]`` inputs): its operator without an autograd rule costs a few microseconds a call.
 Compiled code keeps ``FRAME_FROM``: there the dense product's one cast of the frames serves every network that
-reads them (an actor's and a critic's), and below it two kernel calls (their dispatch into Python) cost as much
-as the two products (a compiled MinAtar rollout of 64 rows: 0.96 times as fast with the kernel)."""
+reads them (an actor's and a critic's), and below it two kernel calls (each with its dispatch into Python) cost
+as much as the two products; one call for both, :func:`pair_linear`, costs less."""
 
 
 def _trained(weight: Tensor, bias: Tensor) -> bool:

@@ -66,8 +66,8 @@ INDUCTOR_OPTIONS = {"post_grad_custom_post_pass": UnfuseCPUBiasAddmm()}
 def fused_multiply_add_options() -> dict:
     """Inductor options letting its C++ kernels contract a multiply and an add into one fused multiply-add
     (``-ffp-contract=fast``; empty where this PyTorch has no such option). The rounding then differs from eager
-    code's in the last bits; a compiled PPO update's graph (the rational tanh and its gradient, the loss) runs 2%
-    faster on an AVX2 CPU (benchmarks/HISTORY.md section 53), a MinAtar rollout no faster."""
+    code's in the last bits; worth it for a compiled PPO update's graph (the rational tanh's polynomials and their
+    gradient, the loss), not for a MinAtar rollout (benchmarks/HISTORY.md section 53)."""
     import torch._inductor.config as config
 
     if not hasattr(config.cpp, "enable_floating_point_contract_flag"):

@@ -124,8 +124,8 @@ def test_a_compiled_update_of_one_graph_per_minibatch_equals_the_eager_update(mo
 
 
 def test_only_the_one_graph_minibatch_contracts_multiplies_and_adds(monkeypatch):
-    """The minibatch graph's C++ kernels may fuse a multiply and an add (2% of its time; within float rounding of
-    eager code, the test above); the other units keep each rounding step."""
+    """The minibatch graph's C++ kernels may fuse a multiply and an add (within float rounding of eager code: the
+    test above); the other units keep each rounding step."""
     seen = []
 
     def fake_compile(fn, **kwargs):
@@ -136,6 +136,7 @@ def test_only_the_one_graph_minibatch_contracts_multiplies_and_adds(monkeypatch)
     units = _units("inductor")
     assert units.minibatch is not None
     assert seen.count("fast") == 1 and len(seen) >= 4  # gae, loss, scale, minibatch
+
 
 def test_the_fused_adam_step_equals_optimizer_step_bit_for_bit(monkeypatch):
     batch = _rollout(torch.rand(T, N, O, generator=torch.Generator().manual_seed(0)) < 0.2)

@@ -117,8 +117,8 @@ def _minibatch_unit(policy: nn.Module, config: PPOConfig, loss_fn: LossFn, param
     # same numbers 5% slower (the whole update, benchmarks/HISTORY.md section 49).
     norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads if g is not None]))
     coef = (config.max_grad_norm / (norm + 1e-6)).clamp(max=1.0)
-    # Contiguous, as the parameters are: the fused Adam kernel reads a gradient in its parameter's element order
-    # (a weight's gradient may arrive transposed, rl_gpu.nn.frame_kernels; the clipping writes it in place order).
+    # Contiguous, as the parameters are: the fused Adam kernel reads a gradient in its parameter's element order, and
+    # a weight's gradient may arrive transposed (rl_gpu.nn.frame_kernels); the clipping's multiply writes it so.
     return loss.detach(), stats, norm, [None if g is None else (g * coef).contiguous() for g in grads]
 
 
