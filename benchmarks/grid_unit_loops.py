@@ -16,9 +16,8 @@ from __future__ import annotations
 import time
 
 import torch
-from rollout_forms import comparison_engines, game_and_rounds, time_rollouts
+from rollout_forms import comparison_engines, game_and_rounds, time_close_rollouts
 
-from rl_gpu.collect.engine import ROLLOUT_FIELDS
 from rl_gpu.runtime import inductor_loops
 
 FORMS = ("every loop plain (before)", "float loops SIMD, the rest plain (now)")
@@ -46,15 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{FORMS[0]}: compile and first rollout {seconds / 1000:.1f} s", flush=True)
     seconds, _ = rollout(FORMS[1], noise, start_state)
     print(f"{FORMS[1]}: compile and first rollout {seconds / 1000:.1f} s", flush=True)
-    for field in ROLLOUT_FIELDS:
-        a, b = (getattr(storages[name], field) for name in FORMS)
-        if a is None:
-            continue
-        same = torch.allclose(a, b, rtol=0, atol=1e-5) if a.is_floating_point() else torch.equal(a, b)
-        if not same:
-            raise SystemExit(f"the two forms' rollouts differ in {field}")
-    time_rollouts(args, list(FORMS), rollout, lambda name: engines[name].draw(generator), start_state,
-                  "both forms' rollouts from the same state and noise: integers equal, floats within 1e-5")
+    time_close_rollouts(args, FORMS, storages, rollout, engines, generator, start_state)
 
 
 if __name__ == "__main__":

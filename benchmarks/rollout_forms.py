@@ -94,5 +94,21 @@ def time_rollouts(args: argparse.Namespace, forms: list[str], rollout, draw, sta
     print_forms(times, "ms per rollout")
 
 
+
+def time_close_rollouts(args: argparse.Namespace, forms: tuple[str, ...], storages: dict, rollout, engines: dict,
+                        generator: torch.Generator, state) -> None:
+    """Check that the forms' first rollouts (in ``storages``, from the same state and noise) are the same, the
+    integer and boolean fields equal and the float ones within 1e-5 (exit otherwise), then time them
+    (:func:`time_rollouts`)."""
+    for field in ROLLOUT_FIELDS:
+        a, b = (getattr(storages[name], field) for name in forms)
+        if a is None:
+            continue
+        same = torch.allclose(a, b, rtol=0, atol=1e-5) if a.is_floating_point() else torch.equal(a, b)
+        if not same:
+            raise SystemExit(f"the two forms' rollouts differ in {field}")
+    time_rollouts(args, list(forms), rollout, lambda name: engines[name].draw(generator), state,
+                  "both forms' rollouts from the same state and noise: integers equal, floats within 1e-5")
+
 if __name__ == "__main__":
     main()
