@@ -312,8 +312,7 @@ def pair_linear(x: Tensor, first: nn.Linear, second: nn.Linear) -> tuple[Tensor,
     """``(first(x), second(x))`` for boolean ``x`` ``[*B, I]`` as one call of the kernel without autograd on the
     stacked weights ``[O1 + O2, I]``, for a caller that has checked :func:`pair_applies`: the frames are scanned
     once, and one call's fixed cost is paid instead of two. ``[*B, O1]`` and ``[*B, O2]`` (views of one output)."""
-    weight_t = torch.cat([first.weight, second.weight]).t().contiguous()
-    out = torch.ops.rl_gpu.frame_linear_infer(x, weight_t, torch.cat([first.bias, second.bias]))
+    out = kernel_linear(x, torch.cat([first.weight, second.weight]), torch.cat([first.bias, second.bias]))
     return out[..., :first.out_features], out[..., first.out_features:]
 
 
